@@ -1,0 +1,44 @@
+# paperline: every command a person needs. `make run` and `make test` set everything up first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.paperline-installed
+# DVC stages call `paperline ...`: the venv's scripts must be on PATH for them.
+export PATH := $(abspath $(BIN)):$(PATH)
+export PAPERLINE_ROOT := $(abspath .)
+
+.PHONY: install run test repro up down serve list clean-outputs
+
+# One pinned install: requirements/base.txt (direct needs, torch==2.13.0 CPU) constrained by
+# requirements/constraints.txt (the full resolved set, regenerated with `pip freeze`).
+$(STAMP): requirements/base.txt requirements/constraints.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/base.txt -c requirements/constraints.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job: every registered method at default scale through the Prefect flow.
+run: install
+	$(BIN)/paperline run --all
+
+## The test suite (unit, methods at smoke scale, Prefect/MLflow/DVC integration).
+test: install
+	$(BIN)/python -m pytest
+
+repro: install
+	$(BIN)/dvc repro
+
+up: install
+	$(BIN)/paperline up
+
+down:
+	$(BIN)/paperline down
+
+serve: install
+	$(BIN)/paperline serve
+
+list: install
+	$(BIN)/paperline list

@@ -1,0 +1,1 @@
+"""Prefect flows: one method's pipeline, all methods, nightly retraining; and serving them."""

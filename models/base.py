@@ -1,0 +1,285 @@
+"""The method contract every paper in the zoo implements.
+
+A method package ``models/<slug>/`` exports one :class:`MethodSpec` (light: pydantic only)
+whose ``impl`` names the module holding the heavy code. That module defines five functions:
+
+    prepare(cfg, data_dir: Path) -> DatasetRef
+        Write the dataset deterministically from ``cfg.seed`` into ``data_dir`` (or read a
+        user-supplied copy in its official format) and return ``write_manifest(...)``.
+    train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts
+        Train the method *and* its baseline under the same budget; write weights under
+        ``out_dir / "model"`` and return per-variant learning curves and summary metrics.
+    load_model(cfg, model_dir: Path) -> object
+        Rebuild the registered model (an ``nn.Module`` or an object with ``predict``)
+        from ``model_dir``; torch checkpoints load with ``weights_only=True``.
+    evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics
+        The paper's metrics for method and baseline; figures as PNGs in ``out_dir / "plots"``.
+    claim(cfg, metrics: Metrics) -> ClaimResult
+        The paper's key claim as a measured statement plus the brief's must-pass checks.
+
+The shared spine (``tasks/``, ``flows/``) calls these; methods never touch MLflow, Prefect
+or DVC themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+from types import ModuleType
+from typing import Any, ClassVar, Mapping, Self
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+MANIFEST = "MANIFEST.json"
+
+
+class Scale(str, Enum):
+    """Named sizes of every experiment: tests, the main job, the paper's setting (GPU)."""
+
+    smoke = "smoke"
+    default = "default"
+    paper = "paper"
+
+
+class StrictModel(BaseModel):
+    """Base of all configs: strict types, immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+
+class MethodConfig(StrictModel):
+    """Base of a method's config.
+
+    Field defaults are the ``default`` scale. ``SCALES`` holds the overrides (dotted keys)
+    that turn it into ``smoke`` and ``paper``. Put dataset-shaping fields in a nested
+    ``data`` model: the DVC prepare stage depends on ``<slug>.data`` only.
+    """
+
+    SCALES: ClassVar[dict[str, dict[str, Any]]] = {"smoke": {}, "paper": {}}
+
+    scale: Scale = Scale.default  # which named size this is; set by for_scale, not an override
+    seed: int = 0
+
+    @classmethod
+    def for_scale(cls, scale: Scale | str, overrides: Mapping[str, Any] | None = None) -> Self:
+        """The config at a named scale with dotted-key overrides applied on top."""
+        scale = Scale(scale)
+        if overrides and "scale" in overrides:
+            raise ValueError("'scale' is not an override; choose the scale with --scale")
+        values: dict[str, Any] = {"scale": scale.value}
+        for key, value in cls.SCALES.get(scale.value, {}).items():
+            _set_dotted(values, key, value)
+        for key, value in (overrides or {}).items():
+            _set_dotted(values, key, value)
+        return cls.from_mapping(values)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> Self:
+        """Validate plain (JSON-like) data strictly; lists become tuples where declared."""
+        return cls.model_validate_json(json.dumps(values))
+
+    def flat(self) -> dict[str, Any]:
+        """Dotted-key view, e.g. for MLflow params."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, obj: Any) -> None:
+            if isinstance(obj, dict):
+                for k, v in obj.items():
+                    walk(f"{prefix}{k}.", v)
+            else:
+                out[prefix[:-1]] = obj
+
+        walk("", self.model_dump(mode="json"))
+        return out
+
+
+def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = target
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"override key {key!r}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+# ----------------------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A prepared dataset on disk: folder, files, content hash and metadata."""
+
+    name: str
+    path: Path
+    files: tuple[str, ...]
+    sha256: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_manifest(data_dir: Path, meta: Mapping[str, Any] | None = None) -> DatasetRef:
+    """Hash every file in ``data_dir`` and record it (plus ``meta``) in MANIFEST.json.
+
+    Call it last in ``prepare``: the manifest is how later steps detect a corrupt dataset.
+    """
+    data_dir = Path(data_dir)
+    files = sorted(
+        str(p.relative_to(data_dir)) for p in data_dir.rglob("*") if p.is_file() and p.name != MANIFEST
+    )
+    hashes = {f: _sha256(data_dir / f) for f in files}
+    total = hashlib.sha256("".join(f"{f}:{h}\n" for f, h in hashes.items()).encode()).hexdigest()
+    manifest = {"sha256": total, "files": hashes, "meta": dict(meta or {})}
+    (data_dir / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    return DatasetRef(data_dir.name, data_dir, tuple(files), total, dict(meta or {}))
+
+
+class DatasetError(RuntimeError):
+    """A dataset is missing or does not match its recorded hashes."""
+
+
+def read_dataset(data_dir: Path, verify: bool = True) -> DatasetRef:
+    """Load a prepared dataset's manifest, checking every file against its hash."""
+    data_dir = Path(data_dir)
+    manifest_path = data_dir / MANIFEST
+    if not manifest_path.is_file():
+        raise DatasetError(f"dataset {data_dir.name!r} is missing at {data_dir} (no {MANIFEST})")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"dataset {data_dir.name!r}: {manifest_path} is not valid JSON ({exc})") from exc
+    if verify:
+        for name, expected in manifest["files"].items():
+            path = data_dir / name
+            if not path.is_file():
+                raise DatasetError(f"dataset {data_dir.name!r}: file {name!r} is missing")
+            if _sha256(path) != expected:
+                raise DatasetError(
+                    f"dataset {data_dir.name!r}: file {name!r} does not match its recorded sha256 (corrupt)"
+                )
+    return DatasetRef(data_dir.name, data_dir, tuple(manifest["files"]), manifest["sha256"], manifest["meta"])
+
+
+@dataclass
+class TrainedArtifacts:
+    """What ``train`` leaves behind.
+
+    ``history`` maps a variant name ("method", "baseline", "baseline_spectral", "method_seed1"...)
+    to its learning curve: a list of ``{"step": int, <metric>: float, ...}`` records, logged
+    to MLflow as that variant's nested run under ``train/``. ``summary`` holds final
+    training figures (also logged under ``train/``).
+    """
+
+    model_dir: Path
+    history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+    summary: dict[str, float] = field(default_factory=dict)
+
+    FILE: ClassVar[str] = "train.json"
+
+    def save(self) -> None:
+        payload = {"history": self.history, "summary": self.summary}
+        (self.model_dir / self.FILE).write_text(json.dumps(payload, indent=1, default=float))
+
+    @classmethod
+    def load(cls, model_dir: Path) -> "TrainedArtifacts":
+        path = Path(model_dir) / cls.FILE
+        if not path.is_file():
+            raise FileNotFoundError(f"no trained model at {model_dir} (missing {cls.FILE}); run the train step first")
+        payload = json.loads(path.read_text())
+        return cls(Path(model_dir), payload["history"], payload["summary"])
+
+
+@dataclass
+class Metrics:
+    """Flat metric dict (keys like ``method/acc_clean``, ``baseline/acc_clean``) plus figure paths.
+
+    The spine prefixes keys with ``eval/`` when logging; methods must not.
+    """
+
+    values: dict[str, float]
+    figures: list[Path] = field(default_factory=list)
+
+    def __getitem__(self, key: str) -> float:
+        return self.values[key]
+
+    def non_finite(self) -> list[str]:
+        return [k for k, v in self.values.items() if not math.isfinite(float(v))]
+
+
+@dataclass
+class ClaimResult:
+    """The paper's claim measured.
+
+    ``statement`` is the claim in words with its pass criterion; ``figures`` the measured
+    numbers (logged as ``claim/<name>``); ``sanity`` the brief's must-pass checks (any False
+    fails the run and blocks promotion); ``holds`` whether the paper's claim held. A claim
+    that does not hold is a result, not an error.
+    """
+
+    statement: str
+    figures: dict[str, float]
+    holds: bool
+    sanity: dict[str, bool] = field(default_factory=dict)
+    notes: str = ""
+
+    @property
+    def sane(self) -> bool:
+        return all(self.sanity.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ----------------------------------------------------------------------------- spec
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """One registered method: what it is, its config class, and where its code lives."""
+
+    slug: str
+    title: str  # the paper's title
+    paper: str  # short citation: venue + arXiv/OpenReview id
+    claim: str  # the key claim in one line, as checked
+    config: type[MethodConfig]
+    impl: str  # dotted module with prepare/train/load_model/evaluate/claim
+    dataset: str  # folder under data/
+    primary_metric: str  # a key of Metrics.values used for champion/challenger
+    higher_is_better: bool = True
+
+    def module(self) -> ModuleType:
+        return importlib.import_module(self.impl)
+
+    def make_config(self, scale: Scale | str = Scale.default, overrides: Mapping[str, Any] | None = None):
+        return self.config.for_scale(scale, overrides)
+
+
+__all__ = [
+    "ClaimResult",
+    "DatasetError",
+    "DatasetRef",
+    "MethodConfig",
+    "MethodSpec",
+    "Metrics",
+    "Scale",
+    "StrictModel",
+    "TrainedArtifacts",
+    "ValidationError",
+    "read_dataset",
+    "write_manifest",
+]

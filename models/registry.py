@@ -1,0 +1,28 @@
+"""The explicit list of registered methods (no import-time discovery).
+
+Importing this module imports each method's ``SPEC`` and config only: pydantic, no torch.
+"""
+
+from __future__ import annotations
+
+from models.base import MethodSpec
+from models.sleeping_rl import SPEC as sleeping_rl
+
+METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (sleeping_rl,)}
+
+
+class UnknownMethodError(KeyError):
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return self.args[0]
+
+
+def get(slug: str) -> MethodSpec:
+    """The spec for ``slug``, or an error naming it and listing the valid ones."""
+    try:
+        return METHODS[slug]
+    except KeyError:
+        raise UnknownMethodError(f"unknown method {slug!r}; choose from: {', '.join(METHODS)}") from None
+
+
+def names() -> list[str]:
+    return list(METHODS)

@@ -1,0 +1,1 @@
+"""The four pipeline steps as plain functions, their Prefect wrappers, tracking and the CLI."""

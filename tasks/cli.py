@@ -1,0 +1,230 @@
+"""``paperline``: list, run, stage, params, serve, up, down.
+
+Only argparse, pydantic and the registry are imported at start-up; Prefect, MLflow and
+torch load when a command needs them, so ``paperline --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from tasks import env
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"paperline: error: {message}", file=sys.stderr)
+    return code
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from models.registry import METHODS
+
+    for spec in METHODS.values():
+        print(f"{spec.slug}\n  paper: {spec.title} ({spec.paper})")
+        print(textwrap.fill(spec.claim, 96, initial_indent="  claim: ", subsequent_indent="         "))
+    return 0
+
+
+def _validate_run(args: argparse.Namespace):
+    """Every check that can fail on bad input, before anything is written."""
+    from models.registry import get, names
+    from tasks.config import build_config, parse_overrides
+
+    if args.all and args.method:
+        raise ValueError("give a method name or --all, not both")
+    if not args.all and not args.method:
+        raise ValueError(f"name a method or use --all; methods: {', '.join(names())}")
+    methods = names() if args.all else [args.method]
+    specs = [get(m) for m in methods]
+    overrides = parse_overrides(args.set or [])
+    if args.all and overrides:
+        raise ValueError("--set applies to one method; use `paperline run METHOD --set ...`")
+    for spec in specs:
+        build_config(spec, args.scale, overrides)
+    return [s.slug for s in specs]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from tasks.config import ConfigError
+    from models.registry import UnknownMethodError
+
+    try:
+        methods = _validate_run(args)
+    except (ConfigError, UnknownMethodError, ValueError) as exc:
+        return _fail(str(exc))
+    root = env.project_root()
+    from tasks import servers
+
+    up = servers.use_running_servers(root)
+    if up:
+        print("using servers: " + ", ".join(f"{n} {i['url']}" for n, i in up.items()))
+    from flows.pipelines import all_methods, method_pipeline
+    from models.base import Scale
+    from tasks import report
+
+    started = time.perf_counter()
+    if args.all:
+        results = all_methods(methods, Scale(args.scale))
+    else:
+        try:
+            results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
+        except Exception as exc:
+            results = [{"method": methods[0], "error": f"{type(exc).__name__}: {exc}", "run_id": None}]
+        print("\n" + report.text_table(results))
+    print(f"\n{len(results)} method(s) in {time.perf_counter() - started:.1f} s; "
+          f"MLflow: {_mlflow_hint(root)}")
+    failed = [r["method"] for r in results if "error" in r or not r.get("sane", False)]
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _mlflow_hint(root: Path) -> str:
+    from tasks import tracking
+
+    return tracking.tracking_uri(root)
+
+
+def cmd_stage(args: argparse.Namespace) -> int:
+    """What a DVC stage runs: one step of one method with params.yaml's config."""
+    from models.base import DatasetError
+    from models.registry import UnknownMethodError, get
+    from tasks.config import ConfigError, config_from_params
+
+    root = env.project_root()
+    try:
+        spec = get(args.method)
+        cfg = config_from_params(root, spec.slug)
+    except (ConfigError, UnknownMethodError) as exc:
+        return _fail(str(exc))
+    env.make_state_dirs(root)
+    from tasks import steps
+
+    started = time.perf_counter()
+    try:
+        if args.step == "prepare":
+            ref = steps.prepare(spec, cfg, root)
+            print(f"{spec.slug}: dataset {ref.name} ({len(ref.files)} files, sha256 {ref.sha256[:12]})")
+        elif args.step == "train":
+            art = steps.train(spec, cfg, root)
+            print(f"{spec.slug}: trained -> {art.model_dir}")
+        else:
+            _, claim = steps.evaluate(spec, cfg, root)
+            print(f"{spec.slug}: claim holds={claim.holds}; must-pass={claim.sanity}")
+    except (DatasetError, FileNotFoundError) as exc:
+        return _fail(str(exc), 1)
+    print(f"{spec.slug}: {args.step} took {time.perf_counter() - started:.1f} s")
+    return 0
+
+
+def cmd_params(args: argparse.Namespace) -> int:
+    from tasks.config import ConfigError, config_from_params, render_params
+    from tasks.dvc_pipeline import render_dvc_yaml
+    from models.registry import names
+
+    root = env.project_root()
+    if args.write:
+        (root / "params.yaml").write_text(render_params())
+        (root / "dvc.yaml").write_text(render_dvc_yaml())
+        print("wrote params.yaml and dvc.yaml")
+        return 0
+    try:
+        for slug in names():
+            config_from_params(root, slug)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    print("params.yaml is valid for: " + ", ".join(names()))
+    return 0
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from tasks import servers
+
+    root = env.project_root()
+    if args.host != servers.LOOPBACK and not args.allow_remote:
+        return _fail(f"--host {args.host} exposes the servers beyond this machine; add --allow-remote to confirm")
+    try:
+        info = servers.up(root, args.host, args.prefect_port, args.mlflow_port)
+    except (RuntimeError, TimeoutError) as exc:
+        return _fail(str(exc), 1)
+    for name, item in info.items():
+        print(f"{name}: {item['url']} (pid {item['pid']}, log {item['log']})")
+    print("`paperline run ...` now logs to these servers; stop them with `paperline down`.")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from tasks import servers
+
+    stopped = servers.down(env.project_root())
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from tasks import servers
+
+    root = env.project_root()
+    servers.use_running_servers(root)
+    from flows.serve import serve
+
+    serve()
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="paperline",
+        description="ICML 2025 methods as tracked, versioned pipelines: prepare -> train -> evaluate -> publish.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="the registered methods, their papers and claims")
+    p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser("run", help="run one method (or --all) through the Prefect flow, tracked in MLflow")
+    p.add_argument("method", nargs="?", help="method slug (see `paperline list`)")
+    p.add_argument("--all", action="store_true", help="every registered method")
+    p.add_argument("--scale", default="default", help="smoke | default | paper (default: default)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable (dotted keys)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("stage", help="one step with params.yaml's config (what DVC stages call)")
+    p.add_argument("step", choices=["prepare", "train", "evaluate"])
+    p.add_argument("method")
+    p.set_defaults(func=cmd_stage)
+
+    p = sub.add_parser("params", help="validate params.yaml (or --write it and dvc.yaml from the configs)")
+    p.add_argument("--write", action="store_true")
+    p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser("up", help="start the Prefect (4200) and MLflow (5000) servers on loopback")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--allow-remote", action="store_true", help="required to bind anything but 127.0.0.1")
+    p.add_argument("--prefect-port", type=int, default=4200)
+    p.add_argument("--mlflow-port", type=int, default=5000)
+    p.set_defaults(func=cmd_up)
+
+    p = sub.add_parser("down", help="stop the servers `paperline up` started")
+    p.set_defaults(func=cmd_down)
+
+    p = sub.add_parser("serve", help="serve the deployments (nightly retraining at 02:00)")
+    p.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    env.configure()
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""Configs from the command line and from params.yaml, validated before anything runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+from pydantic import ValidationError
+
+from models.base import MethodConfig, MethodSpec, Scale
+from models.registry import METHODS, get
+
+
+class ConfigError(ValueError):
+    """A bad override, scale or params file; the message names the bad value and what is allowed."""
+
+
+def parse_value(text: str) -> Any:
+    """``3`` -> 3, ``1e-3`` -> 0.001, ``true`` -> True, ``[1,2]`` -> [1, 2], anything else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return value if isinstance(value, (bool, int, float, list, dict)) else text
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"bad override {pair!r}: expected key=value (e.g. seed=1)")
+        out[key] = parse_value(value.strip())
+    return out
+
+
+def describe_validation(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "<config>"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown key {loc!r}")
+        else:
+            parts.append(f"{loc}={err.get('input')!r}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def allowed_keys(config: type[MethodConfig]) -> list[str]:
+    return [k for k in config.for_scale(Scale.default).flat() if k != "scale"]
+
+
+def build_config(spec: MethodSpec, scale: str | Scale = Scale.default, overrides: dict[str, Any] | None = None) -> MethodConfig:
+    """The validated config, or a ConfigError naming what is wrong and what is allowed."""
+    try:
+        scale = Scale(scale)
+    except ValueError:
+        raise ConfigError(f"unknown scale {scale!r}; choose from: {', '.join(s.value for s in Scale)}") from None
+    try:
+        return spec.make_config(scale, overrides)
+    except ValidationError as exc:
+        msg = describe_validation(exc)
+        if "unknown key" in msg:
+            msg += f" (allowed keys: {', '.join(allowed_keys(spec.config))})"
+        raise ConfigError(f"invalid config for {spec.slug}: {msg}") from None
+    except ValueError as exc:
+        raise ConfigError(f"invalid config for {spec.slug}: {exc}") from None
+
+
+# ----------------------------------------------------------------------------- params.yaml
+
+
+def params_path(root: Path) -> Path:
+    return root / "params.yaml"
+
+
+def read_params(root: Path) -> dict[str, Any]:
+    path = params_path(root)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} is missing; write it with `paperline params --write`") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of method -> config, got {type(data).__name__}")
+    unknown = [k for k in data if k not in METHODS]
+    if unknown:
+        raise ConfigError(f"{path}: unknown method section {unknown[0]!r}; choose from: {', '.join(METHODS)}")
+    return data
+
+
+def config_from_params(root: Path, slug: str) -> MethodConfig:
+    """The config DVC stages run with: the method's section of params.yaml, strictly validated."""
+    spec = get(slug)
+    data = read_params(root)
+    if slug not in data:
+        raise ConfigError(f"{params_path(root)}: no section for {slug!r}; write it with `paperline params --write`")
+    try:
+        return spec.config.from_mapping(data[slug])
+    except ValidationError as exc:
+        raise ConfigError(f"{params_path(root)}: section {slug!r}: {describe_validation(exc)}") from None
+
+
+def default_params() -> dict[str, Any]:
+    return {slug: spec.make_config(Scale.default).model_dump(mode="json") for slug, spec in METHODS.items()}
+
+
+def render_params() -> str:
+    header = (
+        "# Per-method parameters tracked by DVC (the `default` scale).\n"
+        "# Validated by the same pydantic models as the CLI; regenerate with `paperline params --write`.\n"
+    )
+    return header + yaml.safe_dump(default_params(), sort_keys=False, default_flow_style=None)

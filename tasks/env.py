@@ -1,0 +1,66 @@
+"""Process environment: project root, telemetry off, state folders inside the project.
+
+Call :func:`configure` before importing prefect, mlflow or dvc: several of them read their
+settings at import time.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PROJECT_MARKERS = ("pyproject.toml", "dvc.yaml")
+
+
+def project_root() -> Path:
+    """``$PAPERLINE_ROOT``, else the nearest folder above the CWD holding the project files,
+    else the folder this package was installed from."""
+    if os.environ.get("PAPERLINE_ROOT"):
+        return Path(os.environ["PAPERLINE_ROOT"]).resolve()
+    cwd = Path.cwd().resolve()
+    for folder in (cwd, *cwd.parents):
+        if all((folder / marker).exists() for marker in PROJECT_MARKERS) and (folder / "models").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[1]
+
+
+def state_dir(root: Path | None = None) -> Path:
+    return (root or project_root()) / ".paperline"
+
+
+TELEMETRY_OFF = {
+    "DO_NOT_TRACK": "true",
+    "MLFLOW_DISABLE_TELEMETRY": "true",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DVC_NO_ANALYTICS": "1",
+    "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+    "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "120",
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
+    "GIT_PYTHON_REFRESH": "quiet",
+    "TF_CPP_MIN_LOG_LEVEL": "3",
+}
+
+
+def configure(root: Path | None = None) -> Path:
+    """Set telemetry switches and state folders (without overriding the user's own values)."""
+    root = root or project_root()
+    state = state_dir(root)
+    for key, value in TELEMETRY_OFF.items():
+        os.environ.setdefault(key, value)
+    folders = {
+        "PREFECT_HOME": state / "prefect",
+        "DVC_SITE_CACHE_DIR": state / "dvc-site",
+        "MPLCONFIGDIR": state / "mpl",
+        "TORCHINDUCTOR_CACHE_DIR": state / "torchinductor",
+    }
+    for key, folder in folders.items():
+        os.environ.setdefault(key, str(folder))
+    os.environ.setdefault("PAPERLINE_ROOT", str(root))
+    return root
+
+
+def make_state_dirs(root: Path | None = None) -> None:
+    """Create the state folders (only once work is about to start: errors must write nothing)."""
+    for key in ("PREFECT_HOME", "DVC_SITE_CACHE_DIR", "MPLCONFIGDIR"):
+        if os.environ.get(key):
+            Path(os.environ[key]).mkdir(parents=True, exist_ok=True)

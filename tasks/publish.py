@@ -1,0 +1,59 @@
+"""Publish: log a finished pipeline to MLflow, register the model, decide champion/challenger.
+
+Never inside a DVC stage: DVC's run cache can restore a stage without running it, and a
+registration must happen every time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from models.base import MethodConfig, MethodSpec, TrainedArtifacts
+from tasks import steps, tracking
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    method: str
+    run_id: str
+    claim: str
+    figures: dict[str, float]
+    holds: bool
+    sane: bool
+    failed_checks: tuple[str, ...]
+    version: str | None
+    promoted: bool
+    champion_version: str | None
+    reason: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> PublishResult:
+    from tasks import promotion
+
+    layout = steps.Layout(root, spec)
+    metrics, claim = steps.load_results(spec, root)
+    data = steps.load_data(spec, root)
+    artifacts = TrainedArtifacts.load(layout.model_dir)
+    tracking.log_results(root, run_id, spec, data, artifacts, metrics, claim, layout.out_dir)
+    failed = tuple(k for k, ok in claim.sanity.items() if not ok)
+    common = dict(method=spec.slug, run_id=run_id, claim=claim.statement, figures=claim.figures,
+                  holds=claim.holds, sane=claim.sane, failed_checks=failed)
+    if failed:
+        reason = f"must-pass checks failed: {', '.join(failed)}; no version registered"
+        tracking.fail_run(root, run_id, reason)
+        champion, _ = promotion.champion_metric(tracking.client(root), spec)
+        return PublishResult(**common, version=None, promoted=False, champion_version=champion, reason=reason)
+    model = spec.module().load_model(cfg, layout.model_dir)
+    version = tracking.log_model(root, run_id, spec, model)
+    decision = promotion.decide_and_alias(root, spec, version, metrics, claim)
+    c = tracking.client(root)
+    c.set_tag(run_id, "paperline.decision", "promoted" if decision.promoted else "kept")
+    c.set_tag(run_id, "paperline.decision_reason", decision.reason)
+    c.set_tag(run_id, "paperline.model_version", version)
+    c.set_terminated(run_id, status="FINISHED")
+    return PublishResult(**common, version=version, promoted=decision.promoted,
+                         champion_version=decision.champion_version, reason=decision.reason)

@@ -1,0 +1,18 @@
+"""A generic MLflow pyfunc wrapper for registered models that are not ``nn.Module``s."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlflow.pyfunc
+import numpy as np
+
+
+class PredictorModel(mlflow.pyfunc.PythonModel):
+    """Wraps any picklable object exposing ``predict(array) -> array``."""
+
+    def __init__(self, predictor: Any) -> None:
+        self.predictor = predictor
+
+    def predict(self, context, model_input, params=None):
+        return self.predictor.predict(np.asarray(model_input))

@@ -1,0 +1,145 @@
+"""The four steps as plain typed functions: the one core both Prefect and DVC call.
+
+Paths follow one layout under the project root::
+
+    data/<dataset>/            prepare (DVC out)
+    outputs/<slug>/model/      train   (weights, train.json)
+    outputs/<slug>/metrics.json, claim.json, plots/   evaluate
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from models.base import ClaimResult, DatasetError, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts, read_dataset, write_manifest
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where one method's data and outputs live under a project root."""
+
+    root: Path
+    spec: MethodSpec
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data" / self.spec.dataset
+
+    @property
+    def out_dir(self) -> Path:
+        return self.root / "outputs" / self.spec.slug
+
+    @property
+    def model_dir(self) -> Path:
+        return self.out_dir / "model"
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.out_dir / "metrics.json"
+
+    @property
+    def claim_file(self) -> Path:
+        return self.out_dir / "claim.json"
+
+    @property
+    def plots_dir(self) -> Path:
+        return self.out_dir / "plots"
+
+
+def _fresh_dir(path: Path) -> Path:
+    """Empty ``path`` so a step never mixes its outputs with a previous run's."""
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    return path
+
+
+def data_params(cfg: MethodConfig) -> dict:
+    """The part of a config that shapes the dataset: ``seed`` and the ``data`` section."""
+    dumped = cfg.model_dump(mode="json")
+    if "data" not in dumped:
+        dumped.pop("scale", None)
+        return dumped
+    return {"seed": dumped["seed"], "data": dumped["data"]}
+
+
+def data_params_hash(cfg: MethodConfig) -> str:
+    return hashlib.sha256(json.dumps(data_params(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def prepare(spec: MethodSpec, cfg: MethodConfig, root: Path, reuse: bool = False) -> DatasetRef:
+    """Write the dataset (atomically). With ``reuse``, keep an intact one made from the same params."""
+    layout = Layout(Path(root), spec)
+    if reuse:
+        try:
+            existing = read_dataset(layout.data_dir)
+            if existing.meta.get("paperline_params") == data_params_hash(cfg):
+                return existing
+        except DatasetError:
+            pass
+    staging = layout.data_dir.with_name(layout.data_dir.name + ".partial")
+    _fresh_dir(staging)
+    ref = spec.module().prepare(cfg, staging)
+    write_manifest(staging, {**ref.meta, "paperline_params": data_params_hash(cfg)})
+    # Written under a temporary name and renamed: a crash never leaves a half dataset behind.
+    if layout.data_dir.exists():
+        shutil.rmtree(layout.data_dir)
+    staging.rename(layout.data_dir)
+    return read_dataset(layout.data_dir)
+
+
+def load_data(spec: MethodSpec, root: Path) -> DatasetRef:
+    layout = Layout(Path(root), spec)
+    try:
+        return read_dataset(layout.data_dir)
+    except DatasetError as exc:
+        raise DatasetError(
+            f"{exc}. Recreate it with `dvc repro prepare@{spec.slug}` or `paperline stage prepare {spec.slug}`."
+        ) from None
+
+
+def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
+    layout = Layout(Path(root), spec)
+    data = load_data(spec, root)
+    layout.out_dir.mkdir(parents=True, exist_ok=True)
+    staging = _fresh_dir(layout.out_dir / "model.partial")
+    started = time.perf_counter()
+    artifacts = spec.module().train(cfg, data, staging)
+    artifacts.summary.setdefault("seconds", time.perf_counter() - started)
+    artifacts.model_dir = staging
+    artifacts.save()
+    if layout.model_dir.exists():
+        shutil.rmtree(layout.model_dir)
+    staging.rename(layout.model_dir)
+    artifacts.model_dir = layout.model_dir
+    return artifacts
+
+
+def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, ClaimResult]:
+    layout = Layout(Path(root), spec)
+    data = load_data(spec, root)
+    artifacts = TrainedArtifacts.load(layout.model_dir)
+    _fresh_dir(layout.plots_dir)
+    module = spec.module()
+    metrics = module.evaluate(cfg, data, artifacts, layout.out_dir)
+    result = module.claim(cfg, metrics)
+    bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
+    result.sanity.setdefault("finite_metrics", not bad)
+    layout.metrics_file.write_text(json.dumps(metrics.values, indent=2, sort_keys=True, default=float))
+    layout.claim_file.write_text(json.dumps(result.to_dict(), indent=2, default=float))
+    return metrics, result
+
+
+def load_results(spec: MethodSpec, root: Path) -> tuple[Metrics, ClaimResult]:
+    """Read back what ``evaluate`` wrote (for publish and reports)."""
+    layout = Layout(Path(root), spec)
+    values = json.loads(layout.metrics_file.read_text())
+    figures = sorted(layout.plots_dir.glob("*.png")) if layout.plots_dir.exists() else []
+    claim = ClaimResult(**json.loads(layout.claim_file.read_text()))
+    return Metrics(values, figures), claim

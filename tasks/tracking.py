@@ -1,0 +1,249 @@
+"""MLflow tracking: explicit URIs, one experiment per method, a parent run per pipeline.
+
+Everything goes through an ``MlflowClient`` with explicit run ids (MLflow's active run is
+thread-local, and Prefect runs tasks in worker threads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import sqlite3
+import subprocess
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from models.base import ClaimResult, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts
+
+TAG = "paperline"
+
+
+def local_uri(root: Path) -> str:
+    return f"sqlite:///{(root / 'mlflow' / 'mlflow.db').resolve()}"
+
+
+def tracking_uri(root: Path) -> str:
+    """``$MLFLOW_TRACKING_URI``, else the server ``paperline up`` started, else the local SQLite DB."""
+    if os.environ.get("MLFLOW_TRACKING_URI"):
+        return os.environ["MLFLOW_TRACKING_URI"]
+    from tasks import servers
+
+    running = servers.running(root)
+    if "mlflow" in running:
+        return running["mlflow"]["url"]
+    return local_uri(root)
+
+
+def _enable_wal(db: Path) -> None:
+    # WAL lets readers (the UI) and a writer work at once; busy_timeout waits instead of failing.
+    with sqlite3.connect(db, timeout=30) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+
+
+def client(root: Path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri(root)
+    if uri.startswith("sqlite:///"):
+        db = Path(uri.removeprefix("sqlite:///"))
+        db.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not db.exists()
+        mlflow.set_tracking_uri(uri)
+        c = MlflowClient(tracking_uri=uri, registry_uri=uri)
+        if fresh:
+            c.search_experiments(max_results=1)  # runs the migrations
+            _enable_wal(db)
+        return c
+    mlflow.set_tracking_uri(uri)
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def experiment_name(spec: MethodSpec) -> str:
+    return f"paperline/{spec.slug}"
+
+
+def ensure_experiment(c, spec: MethodSpec, root: Path) -> str:
+    exp = c.get_experiment_by_name(experiment_name(spec))
+    if exp is not None:
+        return exp.experiment_id
+    location = None
+    if c.tracking_uri.startswith("sqlite:"):
+        # Without an explicit location, artifacts land relative to whatever the CWD is.
+        location = (root / "mlflow" / "artifacts" / spec.slug).resolve().as_uri()
+    try:
+        return c.create_experiment(
+            experiment_name(spec), artifact_location=location, tags={"paperline.title": spec.title}
+        )
+    except Exception:  # created concurrently by another flow
+        return c.get_experiment_by_name(experiment_name(spec)).experiment_id
+
+
+def git_commit(root: Path) -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run_id: str = "") -> str:
+    """Open the parent run before any work, so a crash is recorded as a FAILED run."""
+    c = client(root)
+    exp = ensure_experiment(c, spec, root)
+    tags = {
+        "mlflow.runName": f"{spec.slug}-{cfg.scale.value}",
+        f"{TAG}.method": spec.slug,
+        f"{TAG}.scale": cfg.scale.value,
+        f"{TAG}.git_commit": git_commit(root),
+        f"{TAG}.prefect_flow_run_id": flow_run_id,
+        f"{TAG}.paper": spec.paper,
+    }
+    run = c.create_run(exp, tags=tags)
+    params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in cfg.flat().items()}
+    from mlflow.entities import Param
+
+    c.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+    return run.info.run_id
+
+
+def fail_run(root: Path, run_id: str, reason: str) -> None:
+    c = client(root)
+    c.set_tag(run_id, f"{TAG}.failure", reason[:5000])
+    c.set_terminated(run_id, status="FAILED")
+
+
+def _metric_batches(records: list[dict[str, float]], prefix: str, timestamp: int):
+    from mlflow.entities import Metric
+
+    batch = []
+    for i, rec in enumerate(records):
+        step = int(rec.get("step", i))
+        for key, value in rec.items():
+            if key == "step" or value is None or not math.isfinite(float(value)):
+                continue
+            name = key if "/" in key else f"{prefix}/{key}"
+            batch.append(Metric(name, float(value), timestamp, step))
+            if len(batch) == 900:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
+
+
+def log_results(
+    root: Path,
+    run_id: str,
+    spec: MethodSpec,
+    data: DatasetRef,
+    artifacts: TrainedArtifacts,
+    metrics: Metrics,
+    claim: ClaimResult,
+    out_dir: Path,
+) -> None:
+    """Learning curves as nested runs per variant; eval/ and claim/ metrics, figures, results."""
+    import time
+
+    c = client(root)
+    run = c.get_run(run_id)
+    now = int(time.time() * 1000)
+    c.set_tag(run_id, f"{TAG}.data_sha256", data.sha256)
+    c.set_tag(run_id, f"{TAG}.dataset", data.name)
+    for variant, records in artifacts.history.items():
+        child = c.create_run(
+            run.info.experiment_id,
+            tags={"mlflow.parentRunId": run_id, "mlflow.runName": f"{spec.slug}/{variant}",
+                  f"{TAG}.variant": variant, f"{TAG}.method": spec.slug},
+        )
+        for batch in _metric_batches(records, "train", now):
+            c.log_batch(child.info.run_id, metrics=batch)
+        c.set_terminated(child.info.run_id, status="FINISHED")
+    from mlflow.entities import Metric
+
+    values = [Metric(f"train/{k}", float(v), now, 0) for k, v in artifacts.summary.items() if math.isfinite(float(v))]
+    values += [Metric(f"eval/{k}", float(v), now, 0) for k, v in metrics.values.items() if math.isfinite(float(v))]
+    values += [Metric(f"claim/{k}", float(v), now, 0) for k, v in claim.figures.items() if math.isfinite(float(v))]
+    values += [Metric("claim/holds", float(claim.holds), now, 0), Metric("claim/sane", float(claim.sane), now, 0)]
+    for i in range(0, len(values), 900):
+        c.log_batch(run_id, metrics=values[i : i + 900])
+    c.set_tag(run_id, f"{TAG}.claim_holds", str(claim.holds))
+    c.set_tag(run_id, f"{TAG}.claim", claim.statement[:5000])
+    for fig in metrics.figures:
+        c.log_artifact(run_id, str(fig), "plots")
+    for name in ("metrics.json", "claim.json"):
+        if (out_dir / name).exists():
+            c.log_artifact(run_id, str(out_dir / name), "results")
+
+
+@dataclass(frozen=True)
+class Registration:
+    version: str | None
+    promoted: bool
+    reason: str
+
+
+PIP_REQUIREMENTS = ["torch==2.13.0", "numpy", "cloudpickle"]
+
+
+def log_model(root: Path, run_id: str, spec: MethodSpec, model: Any) -> str:
+    """Log the model into ``run_id`` and register it as ``paperline.<slug>``; returns the version."""
+    import mlflow
+
+    client(root)  # sets the tracking URI
+    name = registered_name(spec)
+    with _quiet_model_logging(), mlflow.start_run(run_id=run_id, nested=False, log_system_metrics=False):
+        if _is_torch_module(model):
+            import mlflow.pytorch
+
+            info = mlflow.pytorch.log_model(
+                model, name="model", serialization_format="pickle",
+                pip_requirements=PIP_REQUIREMENTS, registered_model_name=name,
+            )
+        else:
+            import mlflow.pyfunc
+
+            from tasks.pyfunc import PredictorModel
+
+            info = mlflow.pyfunc.log_model(
+                name="model", python_model=PredictorModel(model),
+                pip_requirements=PIP_REQUIREMENTS, registered_model_name=name,
+            )
+    # log_model's start_run context ended the run FINISHED; publish sets the final status.
+    return str(info.registered_model_version)
+
+
+@contextlib.contextmanager
+def _quiet_model_logging():
+    """Silence MLflow's advice that does not apply here (cloudpickle of our own wrapper, type hints)."""
+    loggers = [logging.getLogger(n) for n in ("mlflow.pyfunc", "mlflow.models.model", "mlflow.pytorch")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*type hints.*")
+            warnings.filterwarnings("ignore", category=UserWarning, module="mlflow")
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _is_torch_module(model: Any) -> bool:
+    try:
+        import torch
+
+        return isinstance(model, torch.nn.Module)
+    except ImportError:
+        return False
+
+
+def registered_name(spec: MethodSpec) -> str:
+    return f"paperline.{spec.slug}"

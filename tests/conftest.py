@@ -1,0 +1,19 @@
+"""Test-wide settings: set before any project or library module is imported."""
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit module is imported
+os.environ["PAPERLINE_PROGRESS"] = "0"
+os.environ.setdefault("PAPERLINE_THREADS", "2")
+os.environ.setdefault("PAPERLINE_ROOT", str(ROOT))
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+from tasks import env  # noqa: E402
+
+env.configure(ROOT)
+env.make_state_dirs(ROOT)
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))

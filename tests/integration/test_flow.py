@@ -1,0 +1,54 @@
+"""A Prefect flow end to end: MLflow run, nested variant runs, registered versions, aliases."""
+
+import pytest
+
+from models.base import Scale, read_dataset
+from models.registry import get
+from tasks import tracking
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SLUG = "sleeping_rl"  # the fastest method at smoke scale
+
+
+def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project):
+    import mlflow
+    from prefect.artifacts import Artifact
+
+    from flows.pipelines import method_pipeline
+
+    spec = get(SLUG)
+    first = method_pipeline(SLUG, Scale.smoke)
+    c = tracking.client(project)
+    run = c.get_run(first["run_id"])
+    assert run.info.status == "FINISHED"
+    tags = run.data.tags
+    assert tags["paperline.scale"] == "smoke" and tags["paperline.method"] == SLUG
+    assert tags["paperline.prefect_flow_run_id"] and tags["paperline.git_commit"]
+    assert tags["paperline.data_sha256"] == read_dataset(project / "data" / spec.dataset).sha256
+    assert f"eval/{spec.primary_metric}" in run.data.metrics
+    assert {"claim/holds", "claim/sane"} <= set(run.data.metrics)
+    assert any(k.startswith("train/") for k in run.data.metrics)
+    assert run.data.params["seed"] == "0"
+    children = c.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert {ch.data.tags["paperline.variant"] for ch in children} >= {"method", "baseline"}
+    assert all(any(k.startswith("train/") for k in ch.data.metrics) for ch in children)
+    plots = [a.path for a in c.list_artifacts(run.info.run_id, "plots")]
+    assert plots and all(p.endswith(".png") for p in plots)
+
+    name = tracking.registered_name(spec)
+    assert first["version"] == "1" and first["promoted"]
+    assert str(c.get_model_version_by_alias(name, "champion").version) == "1"
+    assert str(c.get_model_version_by_alias(name, "challenger").version) == "1"
+    model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
+    assert model is not None
+
+    artifact = Artifact.get("claim-sleeping-rl")
+    assert artifact is not None and "| sleeping_rl |" in artifact.data
+
+    # Same seed and config: the same primary metric, which does not *beat* the champion.
+    second = method_pipeline(SLUG, Scale.smoke)
+    assert second["version"] == "2" and not second["promoted"]
+    assert "does not beat champion v1" in second["reason"]
+    assert str(c.get_model_version_by_alias(name, "challenger").version) == "2"
+    assert str(c.get_model_version_by_alias(name, "champion").version) == "1"

@@ -1,0 +1,66 @@
+"""The CLI's error paths: one clear line, exit 2, nothing written."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from models.registry import METHODS
+from tests.conftest import ROOT
+
+SLUG = next(iter(METHODS))
+
+
+def paperline(*args, root=None, check_empty=True):
+    env = dict(os.environ)
+    if root is not None:
+        env["PAPERLINE_ROOT"] = str(root)
+    return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nosuch"], f"unknown method 'nosuch'; choose from: {', '.join(METHODS)}"),
+        (["run", SLUG, "--set", "nosuch_key=1"], f"invalid config for {SLUG}: unknown key 'nosuch_key'"),
+        (["run", SLUG, "--set", "seed=abc"], "seed='abc'"),
+        (["run", SLUG, "--set", "seed"], "bad override 'seed': expected key=value"),
+        (["run", SLUG, "--scale", "huge"], "unknown scale 'huge'"),
+        (["run"], "name a method or use --all"),
+        (["stage", "train", "nosuch"], "unknown method 'nosuch'"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, tmp_path):
+    proc = paperline(*args, root=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("paperline: error: ") and message in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == [], "an error path wrote files"
+
+
+def test_help_and_list_are_fast_imports():
+    proc = paperline("--help")
+    assert proc.returncode == 0 and "run" in proc.stdout and "stage" in proc.stdout
+    code = "import sys, tasks.cli; tasks.cli.build_parser(); print([m for m in ('torch','mlflow','prefect') if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    listing = paperline("list")
+    for spec in METHODS.values():
+        assert spec.slug in listing.stdout and spec.title in listing.stdout
+
+
+def test_stage_train_without_data_says_how_to_recreate(tmp_path):
+    from tasks.config import render_params
+
+    (tmp_path / "params.yaml").write_text(render_params())
+    proc = paperline("stage", "train", SLUG, root=tmp_path)
+    assert proc.returncode == 1
+    assert f"dvc repro prepare@{SLUG}" in proc.stderr and f"paperline stage prepare {SLUG}" in proc.stderr
+
+
+def test_stage_with_malformed_params_names_the_file(tmp_path):
+    (tmp_path / "params.yaml").write_text(f"{SLUG}: {{seed: [\n")
+    proc = paperline("stage", "prepare", SLUG, root=tmp_path)
+    assert proc.returncode == 2 and "params.yaml is not valid YAML" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]

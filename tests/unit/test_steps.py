@@ -1,0 +1,50 @@
+"""Dataset manifests catch corruption; steps write atomically and say how to recover."""
+
+import json
+
+import pytest
+
+from models.base import DatasetError, read_dataset, write_manifest
+
+
+def _dataset(tmp_path):
+    d = tmp_path / "data" / "toy"
+    d.mkdir(parents=True)
+    (d / "x.bin").write_bytes(bytes(range(256)) * 4)
+    (d / "sub").mkdir()
+    (d / "sub" / "y.json").write_text(json.dumps({"a": 1}))
+    return d
+
+
+def test_manifest_round_trip(tmp_path):
+    d = _dataset(tmp_path)
+    ref = write_manifest(d, {"synthetic": True})
+    again = read_dataset(d)
+    assert again.sha256 == ref.sha256 and again.files == ("sub/y.json", "x.bin")
+    assert again.meta == {"synthetic": True} and again.name == "toy"
+
+
+def test_flipped_byte_is_detected(tmp_path):
+    d = _dataset(tmp_path)
+    write_manifest(d)
+    raw = bytearray((d / "x.bin").read_bytes())
+    raw[100] ^= 0xFF
+    (d / "x.bin").write_bytes(bytes(raw))
+    with pytest.raises(DatasetError, match="'x.bin' does not match its recorded sha256"):
+        read_dataset(d)
+
+
+def test_missing_dataset_and_file(tmp_path):
+    with pytest.raises(DatasetError, match="missing"):
+        read_dataset(tmp_path / "nothing")
+    d = _dataset(tmp_path)
+    write_manifest(d)
+    (d / "sub" / "y.json").unlink()
+    with pytest.raises(DatasetError, match="'sub/y.json' is missing"):
+        read_dataset(d)
+
+
+def test_same_content_same_hash(tmp_path):
+    a = write_manifest(_dataset(tmp_path / "a"))
+    b = write_manifest(_dataset(tmp_path / "b"))
+    assert a.sha256 == b.sha256
