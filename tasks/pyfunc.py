@@ -1,7 +1,5 @@
 """A generic MLflow pyfunc wrapper for registered models that are not ``nn.Module``s."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import mlflow.pyfunc
@@ -14,5 +12,6 @@ class PredictorModel(mlflow.pyfunc.PythonModel):
     def __init__(self, predictor: Any) -> None:
         self.predictor = predictor
 
-    def predict(self, context, model_input, params=None):
+    # An ndarray hint tells MLflow not to infer a schema (the predictors take plain arrays).
+    def predict(self, context, model_input: np.ndarray, params=None):
         return self.predictor.predict(np.asarray(model_input))
