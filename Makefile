@@ -12,9 +12,9 @@ export PAPERLINE_ROOT := $(abspath .)
 
 # One pinned install: requirements/base.txt (direct needs, torch==2.13.0 CPU) constrained by
 # requirements/constraints.txt (the full resolved set, regenerated with `pip freeze`).
-$(STAMP): requirements/base.txt requirements/constraints.txt pyproject.toml
+$(STAMP): requirements/base.txt requirements/methods.txt requirements/constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/base.txt -c requirements/constraints.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/base.txt -r requirements/methods.txt -c requirements/constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

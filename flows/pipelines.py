@@ -75,7 +75,7 @@ def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> 
 def _publish_table(results: list[dict], key: str) -> None:
     claims = {r["method"]: r["claim"] for r in results if "claim" in r}
     create_markdown_artifact(key=key, markdown=report.markdown_table(results, claims), description="claim table")
-    print("\n" + report.text_table(results))
+    get_run_logger().info("claim table (artifact %r):\n%s", key, report.text_table(results))
 
 
 @flow(name="all-methods", log_prints=True)

@@ -76,7 +76,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
         except Exception as exc:
             results = [{"method": methods[0], "error": f"{type(exc).__name__}: {exc}", "run_id": None}]
-        print("\n" + report.text_table(results))
+    print("\n" + report.text_table(results))
     print(f"\n{len(results)} method(s) in {time.perf_counter() - started:.1f} s; "
           f"MLflow: {_mlflow_hint(root)}")
     failed = [r["method"] for r in results if "error" in r or not r.get("sane", False)]

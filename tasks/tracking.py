@@ -14,7 +14,6 @@ import os
 import sqlite3
 import subprocess
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +155,9 @@ def log_results(
     now = int(time.time() * 1000)
     c.set_tag(run_id, f"{TAG}.data_sha256", data.sha256)
     c.set_tag(run_id, f"{TAG}.dataset", data.name)
+    dvc_md5 = dvc_data_hash(root, spec)
+    if dvc_md5:
+        c.set_tag(run_id, f"{TAG}.dvc_md5", dvc_md5)
     for variant, records in artifacts.history.items():
         child = c.create_run(
             run.info.experiment_id,
@@ -182,11 +184,21 @@ def log_results(
             c.log_artifact(run_id, str(out_dir / name), "results")
 
 
-@dataclass(frozen=True)
-class Registration:
-    version: str | None
-    promoted: bool
-    reason: str
+def dvc_data_hash(root: Path, spec: MethodSpec) -> str | None:
+    """The dataset's md5 as DVC recorded it in dvc.lock (prepare@<slug>), if it did."""
+    import yaml
+
+    lock = root / "dvc.lock"
+    if not lock.is_file():
+        return None
+    try:
+        stage = (yaml.safe_load(lock.read_text()) or {}).get("stages", {}).get(f"prepare@{spec.slug}", {})
+    except yaml.YAMLError:
+        return None
+    for out in stage.get("outs", []):
+        if out.get("path") == f"data/{spec.dataset}":
+            return out.get("md5")
+    return None
 
 
 PIP_REQUIREMENTS = ["torch==2.13.0", "numpy", "cloudpickle"]
