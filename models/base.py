@@ -31,9 +31,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
-from typing import Any, ClassVar, Mapping, Self
+from typing import Annotated, Any, ClassVar, Mapping, Self
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
 MANIFEST = "MANIFEST.json"
 
@@ -44,6 +44,18 @@ class Scale(str, Enum):
     smoke = "smoke"
     default = "default"
     paper = "paper"
+
+
+def _inside_project(value: str) -> str:
+    path = Path(value)
+    if value and (path.is_absolute() or ".." in path.parts):
+        raise ValueError(f"{value!r} must be a relative path inside the project's data/ folder (no '..', not absolute)")
+    return value
+
+
+# A config path to user-supplied data, relative to the project's data/ folder ("" = not used).
+# Absolute paths and '..' are rejected so configs cannot reach outside the project.
+RelPath = Annotated[str, AfterValidator(_inside_project)]
 
 
 class StrictModel(BaseModel):
@@ -275,6 +287,7 @@ __all__ = [
     "DatasetRef",
     "MethodConfig",
     "MethodSpec",
+    "RelPath",
     "Metrics",
     "Scale",
     "StrictModel",

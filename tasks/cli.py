@@ -34,7 +34,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 def _validate_run(args: argparse.Namespace):
     """Every check that can fail on bad input, before anything is written."""
     from models.registry import get, names
-    from tasks.config import build_config, parse_overrides
+    from tasks.config import build_config, config_from_params, parse_overrides
 
     if args.all and args.method:
         raise ValueError("give a method name or --all, not both")
@@ -45,8 +45,12 @@ def _validate_run(args: argparse.Namespace):
     overrides = parse_overrides(args.set or [])
     if args.all and overrides:
         raise ValueError("--set applies to one method; use `paperline run METHOD --set ...`")
+    root = env.project_root()
     for spec in specs:
         build_config(spec, args.scale, overrides)
+        if (root / "params.yaml").exists():
+            # A broken params.yaml would break `dvc repro` and dataset versioning: stop now.
+            config_from_params(root, spec.slug)
     return [s.slug for s in specs]
 
 

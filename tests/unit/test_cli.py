@@ -64,3 +64,10 @@ def test_stage_with_malformed_params_names_the_file(tmp_path):
     proc = paperline("stage", "prepare", SLUG, root=tmp_path)
     assert proc.returncode == 2 and "params.yaml is not valid YAML" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_run_with_malformed_params_stops_before_work(tmp_path):
+    (tmp_path / "params.yaml").write_text("nosuch: {}\n")
+    proc = paperline("run", SLUG, root=tmp_path)
+    assert proc.returncode == 2 and "unknown method section 'nosuch'" in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]

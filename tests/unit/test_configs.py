@@ -115,3 +115,15 @@ def test_malformed_params_yaml(tmp_path):
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(cfgmod.ConfigError, match=rf"section '{slug}': seed='zero'"):
         cfgmod.config_from_params(tmp_path, slug)
+
+
+def test_relpath_rejects_escapes():
+    from models.base import RelPath
+
+    class WithPath(StrictModel):
+        real: RelPath = ""
+
+    assert WithPath(real="esp/real.npz").real == "esp/real.npz"
+    for bad in ("../etc/passwd", "/abs/file.npz", "esp/../../x"):
+        with pytest.raises(ValidationError, match="relative path inside the project"):
+            WithPath(real=bad)
