@@ -6,9 +6,10 @@ Importing this module imports each method's ``SPEC`` and config only: pydantic, 
 from __future__ import annotations
 
 from models.base import MethodSpec
+from models.bnn_linf import SPEC as bnn_linf
 from models.sleeping_rl import SPEC as sleeping_rl
 
-METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (sleeping_rl,)}
+METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (bnn_linf, sleeping_rl)}
 
 
 class UnknownMethodError(KeyError):
