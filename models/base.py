@@ -58,6 +58,14 @@ def _inside_project(value: str) -> str:
 RelPath = Annotated[str, AfterValidator(_inside_project)]
 
 
+def user_data_path(relative: str) -> Path:
+    """Where a user-supplied file named by a ``RelPath`` config field lives: under ``<project>/data/``."""
+    import os
+
+    root = Path(os.environ.get("PAPERLINE_ROOT") or Path.cwd())
+    return root / "data" / _inside_project(relative)
+
+
 class StrictModel(BaseModel):
     """Base of all configs: strict types, immutable, unknown keys rejected."""
 
@@ -294,5 +302,6 @@ __all__ = [
     "TrainedArtifacts",
     "ValidationError",
     "read_dataset",
+    "user_data_path",
     "write_manifest",
 ]

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from models.base import MethodSpec
 from models.bnn_linf import SPEC as bnn_linf
+from models.kernel_sgd import SPEC as kernel_sgd
+from models.pag_cert import SPEC as pag_cert
 from models.sleeping_rl import SPEC as sleeping_rl
 
-METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (bnn_linf, sleeping_rl)}
+METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (bnn_linf, sleeping_rl, pag_cert, kernel_sgd)}
 
 
 class UnknownMethodError(KeyError):

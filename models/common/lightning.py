@@ -18,7 +18,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from models.common.progress import show_progress
+from models.common.runtime import set_threads, show_progress  # noqa: F401 (re-exported)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -99,7 +99,3 @@ def fit(
     trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
     return history.records
 
-
-def set_threads() -> None:
-    """Use the cores we have, but no more than two (the project's CPU budget)."""
-    torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", min(2, os.cpu_count() or 1))))

@@ -40,7 +40,7 @@ import numpy as np
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
 from models.common import plotting
-from models.common.progress import show_progress
+from models.common.runtime import show_progress
 
 from .algorithm import AGENTS, GreedyPolicy, RunBatch, train_agent
 from .config import Config, Setting
