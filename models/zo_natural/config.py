@@ -1,0 +1,125 @@
+"""Configuration of the natural-perturbation ZO reproduction (defaults = the ``default`` scale)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from models.base import MethodConfig, StrictModel
+
+
+class DataConfig(StrictModel):
+    """What ``prepare`` writes: K-dimensional features of a digit set, split into train/test."""
+
+    # "digits": scikit-learn's bundled 8x8 digits (offline). "idx": MNIST/FMNIST IDX files
+    # (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*) found in ``idx_dir``.
+    source: Literal["digits", "idx"] = "digits"
+    idx_dir: str = ""
+    # K: K-1 principal components plus one constant channel (the DC bin of the precursor's FFT
+    # features); every input is then scaled to norm sqrt(K), as in the precursor.
+    n_features: int = Field(default=16, ge=4, le=256)
+    test_fraction: float = Field(default=0.3, gt=0.0, lt=1.0)  # digits only (IDX has its own split)
+    max_train: int = Field(default=0, ge=0)  # 0 = all
+    max_test: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _idx_needs_dir(self) -> "DataConfig":
+        if self.source == "idx" and not self.idx_dir:
+            raise ValueError("data.source='idx' needs data.idx_dir (a folder holding the MNIST/FMNIST IDX files)")
+        return self
+
+
+class NetConfig(StrictModel):
+    """The black-box network: a toy optical mesh network (as in the precursor) or an MLP."""
+
+    arch: Literal["mesh", "mlp"] = "mesh"
+    columns: int = Field(default=16, ge=1, le=256)  # L: MZI columns per Clements mesh
+    n_meshes: int = Field(default=3, ge=1, le=8)
+    threshold: float = Field(default=0.1, ge=0.0, le=1.0)  # real modReLU bias: sign(z) relu(|z| - b)
+    hidden: int = Field(default=32, ge=1, le=4096)  # MLP width
+    n_classes: int = Field(default=10, ge=2)
+
+
+class ChipConfig(StrictModel):
+    """Fabrication deficiencies of the simulated chip, drawn once per seed (never seen by the optimiser)."""
+
+    angle_gain_std: float = Field(default=0.05, ge=0.0, le=1.0)  # mesh: phase = theta (1 + g) + o
+    angle_offset_std: float = Field(default=0.1, ge=0.0, le=3.2)
+    loss_max: float = Field(default=0.01, ge=0.0, lt=1.0)  # mesh: amplitude loss per column, U(0, max)
+    weight_error_std: float = Field(default=0.3, ge=0.0, le=2.0)  # mlp: W (1 + e)
+    activation_gain_std: float = Field(default=0.1, ge=0.0, le=1.0)
+    crosstalk: float = Field(default=0.1, ge=0.0, lt=1.0)  # output mixing (1 - c) I + c R, R row-stochastic
+
+
+class PretrainConfig(StrictModel):
+    """Backprop on the ideal software twin before the chip is programmed."""
+
+    epochs: int = Field(default=10, ge=0)
+    lr: float = Field(default=0.01, gt=0.0)
+    batch_size: int = Field(default=100, ge=1)
+
+
+class ZOConfig(StrictModel):
+    """Zeroth-order training on the chip (names follow the precursor's ``zooptim.py``)."""
+
+    epochs: int = Field(default=20, ge=1)
+    batch_size: int = Field(default=100, ge=1)
+    n_probes: int = Field(default=16, ge=1)  # Q perturbations per minibatch (Q + 1 chip queries)
+    mu: float = Field(default=1e-3, gt=0.0)  # every probe moves theta by exactly mu in l2
+    lambda_s: float = Field(default=1.0, gt=0.0)  # estimate scale lambda_S / N
+    rho: float = Field(default=0.1, gt=0.0)  # damping of the trace-normalised Fisher
+    fisher_every: int = Field(default=10, ge=1)  # minibatches between covariance updates
+    fisher_ema: float = Field(default=0.5, gt=0.0, le=1.0)  # C <- (1 - a) C + a F_hat
+    normalize_blocks: bool = True  # rescale each block of a natural probe to unit RMS (precursor)
+    optimizer: Literal["adam", "sgd"] = "adam"
+    momentum: float = Field(default=0.9, ge=0.0, lt=1.0)  # sgd only
+    lr_grid: tuple[float, ...] = Field(default=(1e-3, 3e-3, 1e-2), min_length=1)  # best per optimiser
+
+    @model_validator(mode="after")
+    def _positive_lrs(self) -> "ZOConfig":
+        if any(lr <= 0 for lr in self.lr_grid):
+            raise ValueError(f"zo.lr_grid must hold positive learning rates, got {self.lr_grid}")
+        return self
+
+
+class Config(MethodConfig):
+    SCALES = {
+        "smoke": {
+            "data.max_train": 300,
+            "data.max_test": 100,
+            "data.n_features": 12,
+            "net.columns": 8,
+            "pretrain.epochs": 1,
+            "zo.epochs": 2,
+            "zo.batch_size": 50,
+            "zo.n_probes": 4,
+            "zo.fisher_every": 5,
+            "zo.lr_grid": [3e-3],
+            "n_seeds": 1,
+            "check_probes": 1024,
+        },
+        "paper": {
+            # The precursor's MNIST setting: K = 32 features, L = 32 columns, Q = K, 10 BP + 100 ZO
+            # epochs, 8 seeds, the covariance updated every 100 minibatches with EMA 0.01 (GPU).
+            "data.source": "idx",
+            "data.idx_dir": "data/raw/mnist",
+            "data.n_features": 32,
+            "net.columns": 32,
+            "zo.epochs": 100,
+            "zo.n_probes": 32,
+            "zo.fisher_every": 100,
+            "zo.fisher_ema": 0.01,
+            "n_seeds": 8,
+            "accelerator": "auto",
+        },
+    }
+
+    data: DataConfig = DataConfig()
+    net: NetConfig = NetConfig()
+    chip: ChipConfig = ChipConfig()
+    pretrain: PretrainConfig = PretrainConfig()
+    zo: ZOConfig = ZOConfig()
+    n_seeds: int = Field(default=3, ge=1, le=32)  # runs use seeds seed, seed+1, ...
+    check_probes: int = Field(default=4096, ge=16)  # probes of the sampler check on the nominal model
+    accelerator: str = "cpu"  # Lightning accelerator of the training loops

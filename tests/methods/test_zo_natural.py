@@ -1,0 +1,299 @@
+"""Core maths of zo_natural: the Fisher, the natural sampler's covariance, the ZO estimate, the chip."""
+
+from __future__ import annotations
+
+import gzip
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("PAPERLINE_PROGRESS", "0")
+
+from models.base import ValidationError  # noqa: E402
+from models.zo_natural import SPEC  # noqa: E402
+from models.zo_natural.algorithm import PerturbationSampler, block_fisher, chip_metrics, zo_gradient  # noqa: E402
+from models.zo_natural.config import ChipConfig, Config  # noqa: E402
+from models.zo_natural.data import load_idx_dir, read_idx  # noqa: E402
+from models.zo_natural.networks import ChipNetwork, MeshONN, MLPNet  # noqa: E402
+from models.zo_natural.pipeline import predicted_cosine, sampler_check  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def _mesh(width=12, columns=7, seed=0, defects=True) -> MeshONN:
+    generator = torch.Generator().manual_seed(seed)
+    net = MeshONN(width, columns, 3, 10, 0.1)
+    net.init_theta(generator)
+    return net.draw_defects(ChipConfig(), generator) if defects else net
+
+
+def _mlp(n_inputs=12, hidden=8, seed=0) -> MLPNet:
+    generator = torch.Generator().manual_seed(seed)
+    net = MLPNet(n_inputs, hidden, 10)
+    net.init_theta(generator)
+    return net.draw_defects(ChipConfig(), generator)
+
+
+def _inputs(n, k, seed=0):
+    x = torch.randn(n, k, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return x * math.sqrt(k) / x.norm(dim=1, keepdim=True)
+
+
+def _random_spd(n, seed):
+    a = torch.randn(n, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    scales = torch.logspace(-3, 1, n, dtype=torch.float64)  # strongly anisotropic, like a Fisher
+    q, _ = torch.linalg.qr(a)
+    return (q * scales) @ q.T
+
+
+# ----------------------------------------------------------------------------- networks
+
+
+def test_mesh_matches_explicit_givens_product_and_twin_is_orthogonal():
+    net = _mesh(11, 5, defects=False)
+    unitary = net.mesh_matrices(net.theta.detach()[None])[0, 0]
+    explicit, k = torch.eye(11, dtype=torch.float64), 0
+    for col in range(5):
+        for i in range(col % 2, 10, 2):
+            rot = torch.eye(11, dtype=torch.float64)
+            c, s = torch.cos(net.theta[k].detach()), torch.sin(net.theta[k].detach())
+            rot[i, i], rot[i, i + 1], rot[i + 1, i], rot[i + 1, i + 1] = c, -s, s, c
+            explicit, k = rot @ explicit, k + 1
+    assert k == net.per_mesh
+    assert torch.allclose(unitary, explicit, atol=1e-13)
+    assert torch.allclose(unitary @ unitary.T, torch.eye(11, dtype=torch.float64), atol=1e-13)
+    # The chip's losses make its meshes contractive; its twin is the ideal (orthogonal) network.
+    chip = _mesh(11, 5)
+    assert torch.linalg.matrix_norm(chip.mesh_matrices(chip.theta.detach()[None])[0, 0], ord=2) < 1
+    twin = chip.nominal()
+    assert torch.equal(twin.theta, chip.theta)
+    assert torch.all(twin.transmission == 1) and torch.all(twin.angle_offset == 0)
+
+
+@pytest.mark.parametrize(("width", "columns"), [(12, 7), (11, 4)])
+def test_closed_form_mesh_jacobian_matches_autodiff(width, columns):
+    chip = _mesh(width, columns)
+    x = _inputs(9, width)
+    closed = chip.logit_jacobian(chip.theta, x)
+    autodiff = ChipNetwork.logit_jacobian(chip, chip.theta, x)
+    assert closed.shape == (9, 10, chip.n_params)
+    assert torch.allclose(closed, autodiff, atol=1e-11 * autodiff.abs().max())
+
+
+def test_batched_queries_equal_one_at_a_time():
+    for net in (_mesh(), _mlp()):
+        x = _inputs(7, 12)
+        thetas = net.theta.detach() + 0.1 * torch.randn(4, net.n_params, dtype=torch.float64)
+        batched = net.batched_logits(thetas, x)
+        for p in range(4):
+            net.theta.data.copy_(thetas[p])
+            assert torch.allclose(batched[p], net(x), atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- Fisher
+
+
+def test_block_fisher_equals_label_weighted_score_outer_products():
+    # Definition: F = 1/B sum_b sum_y p(y|x_b) s s^T, s = grad_theta log p(y|x_b); compared block by block.
+    net = _mlp(6, 4)
+    x = _inputs(5, 6)
+    fishers = block_fisher(net, net.theta, x)
+    theta = net.theta.detach().clone().requires_grad_(True)
+    full = torch.zeros(net.n_params, net.n_params, dtype=torch.float64)
+    for b in range(5):
+        log_p = torch.log_softmax(net.batched_logits(theta[None], x[b : b + 1])[0, 0], -1)
+        for y in range(10):
+            score = torch.autograd.grad(log_p[y], theta, retain_graph=True)[0]
+            full += log_p[y].exp().detach() * torch.outer(score, score) / 5
+    for (a, b), block in zip(net.blocks, fishers):
+        assert torch.allclose(block, full[a:b, a:b], atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- sampler
+
+
+def test_natural_probes_have_the_closed_form_covariance():
+    blocks = [(0, 30), (30, 50)]
+    fishers = [_random_spd(30, 1), _random_spd(20, 2)]
+    rho = 0.1
+    sampler = PerturbationSampler(blocks, natural=True, rho=rho)
+    sampler.update(fishers)
+    raw = sampler.sample_raw(20_000, torch.Generator().manual_seed(0))
+    for (a, b), fisher, cov in zip(blocks, fishers, sampler.covariance_blocks()):
+        n = b - a
+        normalised = fisher * n / torch.trace(fisher)
+        closed = (1 + rho) * torch.linalg.inv(normalised + rho * torch.eye(n, dtype=torch.float64))
+        assert torch.allclose(cov, closed, rtol=1e-10, atol=1e-12)
+        empirical = raw[:, a:b].T @ raw[:, a:b] / len(raw)
+        error = float((empirical - closed).norm() / closed.norm())
+        mc = float(torch.sqrt((torch.trace(closed) ** 2 + torch.trace(closed @ closed)) / len(raw)) / closed.norm())
+        assert error < 1.5 * mc
+        # The plausible mistakes are far outside that tolerance: (L^T L)^-1 instead of (L L^T)^-1,
+        # F + rho I instead of its inverse, or isotropic probes.
+        chol = torch.linalg.cholesky(normalised + rho * torch.eye(n, dtype=torch.float64))
+        for wrong in ((1 + rho) * torch.linalg.inv(chol.T @ chol), normalised + rho * torch.eye(n, dtype=torch.float64),
+                      torch.eye(n, dtype=torch.float64)):
+            assert float((empirical - wrong).norm() / closed.norm()) > 10 * mc
+
+
+def test_probe_norms_and_step_length():
+    sampler = PerturbationSampler([(0, 30), (30, 50)], natural=True, rho=0.1)
+    sampler.update([_random_spd(30, 1), _random_spd(20, 2)])
+    for natural in (True, False):
+        sampler.natural = natural
+        deltas = sampler.sample(64, torch.Generator().manual_seed(1))
+        assert torch.allclose(deltas.norm(dim=1), torch.full((64,), math.sqrt(50), dtype=torch.float64), rtol=1e-14)
+        if natural:  # unit RMS in every block (the precursor's per-module normalisation)
+            assert torch.allclose(deltas[:, :30].norm(dim=1), torch.full((64,), math.sqrt(30.0), dtype=torch.float64))
+        mu = 1e-3
+        assert torch.allclose((mu / math.sqrt(50) * deltas).norm(dim=1), torch.full((64,), mu, dtype=torch.float64))
+
+
+def test_fisher_ema_and_trace_normalisation():
+    f1, f2 = _random_spd(6, 3), 5 * _random_spd(6, 4)
+    sampler = PerturbationSampler([(0, 6)], natural=True, rho=0.5, ema=0.25)
+    sampler.update([f1])
+    assert torch.allclose(torch.trace(sampler.curvature[0]), torch.tensor(6.0, dtype=torch.float64))
+    sampler.update([f2])
+    expected = 0.75 * f1 * 6 / torch.trace(f1) + 0.25 * f2 * 6 / torch.trace(f2)
+    assert torch.allclose(sampler.curvature[0], expected)
+    chol = sampler.cholesky[0]
+    assert torch.allclose(chol @ chol.T, expected + 0.5 * torch.eye(6, dtype=torch.float64))
+
+
+def test_zo_gradient_formula_and_unbiasedness_on_a_quadratic():
+    # Exact formula on given probes, then E g_hat = (lambda / N) Sigma grad for L = 1/2 t^T A t + b^T t.
+    n, mu_prime = 20, 1e-4
+    a, b = _random_spd(n, 5), torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(6))
+    theta = torch.randn(n, dtype=torch.float64, generator=torch.Generator().manual_seed(7))
+
+    def loss(t):
+        return 0.5 * torch.einsum("pi,ij,pj->p", t, a, t) + t @ b
+
+    deltas = torch.randn(3, n, dtype=torch.float64, generator=torch.Generator().manual_seed(8))
+    losses = loss(torch.cat([theta[None], theta + mu_prime * deltas]))
+    manual = sum((losses[q + 1] - losses[0]) / mu_prime * deltas[q] for q in range(3)) * 2.0 / (n * 3)
+    assert torch.allclose(zo_gradient(losses, deltas, mu_prime, 2.0), manual, rtol=1e-12)
+
+    sampler = PerturbationSampler([(0, n)], natural=True, rho=0.1)
+    sampler.update([_random_spd(n, 9)])
+    deltas = sampler.sample_raw(200_000, torch.Generator().manual_seed(10))
+    losses = loss(torch.cat([theta[None], theta + mu_prime * deltas]))
+    estimate = zo_gradient(losses, deltas, mu_prime, 1.0) * n
+    grad = a @ theta + b
+    assert torch.nn.functional.cosine_similarity(estimate, sampler.precondition(grad), dim=0) > 0.99
+    assert torch.nn.functional.cosine_similarity(estimate, grad, dim=0) < 0.9  # natural, not plain, gradient
+
+
+def test_brief_sampler_check_on_a_tiny_nominal_model():
+    # The brief's must-pass: Q = 4096 probes of a nominal model with a few hundred parameters,
+    # cos(g_hat_NP, (F + rho I)^-1 grad L) >= 0.9 and cos(g_hat_I, grad L) >= 0.9.
+    cfg = Config.for_scale("smoke", {"net.arch": "mlp", "net.hidden": 8, "check_probes": 4096})
+    net = _mlp(12, 8)
+    x, y = _inputs(100, 12), torch.arange(100) % 10
+    result = sampler_check(cfg, net, x, y, seed=0)
+    assert net.n_params == 194
+    assert result["sampler/cos_np"] >= 0.9 and result["sampler/cos_iso"] >= 0.9
+    assert max(result["sampler/probe_norm_err_np"], result["sampler/probe_norm_err_iso"]) < 1e-12
+    assert result["sampler/cov_rel_err"] < 1.5 * result["sampler/cov_rel_err_expected"]
+
+
+def test_zo_estimates_are_as_accurate_as_monte_carlo_predicts_on_the_mesh():
+    # On the 360-parameter mesh the natural cosine is ~0.8 at Q = 4096: Monte-Carlo noise, which
+    # the Isserlis prediction accounts for (a wrong covariance or estimator would miss it).
+    cfg = Config.for_scale("default", {"check_probes": 2048})
+    chip = _mesh(16, 16)
+    x, y = _inputs(100, 16), torch.arange(100) % 10
+    result = sampler_check(cfg, chip, x, y, seed=0)
+    assert abs(result["sampler/cos_iso"] - result["sampler/cos_iso_predicted"]) < 0.03
+    assert abs(result["sampler/cos_np"] - result["sampler/cos_np_predicted"]) < 0.05
+    assert result["sampler/cov_rel_err"] < 1.5 * result["sampler/cov_rel_err_expected"]
+
+
+def test_predicted_cosine_isotropic_closed_form():
+    sampler = PerturbationSampler([(0, 99)], natural=False, rho=0.1)
+    grad = torch.randn(99, dtype=torch.float64)
+    assert predicted_cosine(sampler, grad, 400) == pytest.approx(1 / math.sqrt(1 + 100 / 400))
+
+
+# ----------------------------------------------------------------------------- data and config
+
+
+def _write_idx(path, array, dtype_code=0x08, gz=False):
+    header = bytes([0, 0, dtype_code, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    payload = header + array.astype(">u1" if dtype_code == 0x08 else ">i4").tobytes()
+    path.write_bytes(gzip.compress(payload) if gz else payload)
+
+
+def test_idx_reader_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (30, 6, 6)).astype(np.uint8)
+    labels = (np.arange(30) % 10).astype(np.uint8)
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", images, gz=True)
+    _write_idx(tmp_path / "train-labels-idx1-ubyte", labels)
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte", images[:10])
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels[:10], gz=True)
+    assert np.array_equal(read_idx(tmp_path / "train-images-idx3-ubyte.gz"), images)
+    split = load_idx_dir(tmp_path)
+    assert split["x_train"].shape == (30, 36) and np.array_equal(split["y_test"], labels[:10])
+    (tmp_path / "bad").write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="not an IDX file"):
+        read_idx(tmp_path / "bad")
+    # prepare reads the same files when data.source = "idx".
+    from models.zo_natural.data import load, prepare
+
+    out = tmp_path / "prepared"
+    out.mkdir()
+    cfg = Config.for_scale("smoke", {"data.source": "idx", "data.idx_dir": str(tmp_path), "data.max_train": 0,
+                                     "data.max_test": 0})
+    feats = load(prepare(cfg, out))
+    assert feats["x_train"].shape == (30, 12)
+    assert np.allclose(np.linalg.norm(feats["x_train"], axis=1), math.sqrt(12))
+
+
+@pytest.mark.parametrize("override", [{"zo.rho": 0.0}, {"zo.lr_grid": [1e-3, -1.0]}, {"zo.n_probes": 0},
+                                      {"data.source": "idx"}, {"zo.optimiser": "adam"}])
+def test_config_rejects_bad_values(override):
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", override)
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+
+@pytest.mark.parametrize("arch", ["mesh", "mlp"])
+def test_smoke_pipeline_end_to_end(arch, tmp_path):
+    from tasks import steps
+
+    cfg = SPEC.make_config("smoke", {"net.arch": arch})
+    data = steps.prepare(SPEC, cfg, tmp_path)
+    assert data.meta["n_train"] == 300 and data.meta["n_test"] == 100
+    artifacts = steps.train(SPEC, cfg, tmp_path)
+    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+    v = metrics.values
+    assert not metrics.non_finite()
+    # 300 images in minibatches of 50, 2 epochs, Q + 1 = 5 queries each.
+    assert v["method/queries"] == v["baseline/queries"] == v["expected_queries"] == 2 * 6 * 5
+    assert 0 <= v["method/test_acc"] <= 1 and 0 <= v["baseline/test_acc"] <= 1
+    for variant in ("method_seed0", "baseline_seed0"):
+        assert artifacts.history[variant][0]["queries"] == 0
+    assert {p.name for p in metrics.figures} == {"queries_curves.png", "lr_sweep.png"}
+    assert all(p.is_file() for p in metrics.figures)
+    assert set(result.figures) >= {"method_test_acc", "baseline_test_acc", "acc_gain_points", "cos_np", "cos_iso"}
+    for check in ("probe_step_norm_is_mu", "query_count_exact", "sampler_cov_within_1.5x_mc_error", "finite_metrics"):
+        assert result.sanity[check], check
+    assert "np_train_loss_down_30pct" not in result.sanity  # default-scale checks only
+    model = SPEC.module().load_model(cfg, tmp_path / "outputs" / SPEC.slug / "model")
+    assert isinstance(model, torch.nn.Module)
+    x = torch.zeros(3, 12, dtype=torch.float64)
+    x[:, -1] = math.sqrt(12)
+    assert model(x).shape == (3, 10)
+    # The registered network is the chip (defects included), programmed with ZO-natural's parameters.
+    assert not torch.all(model.crosstalk == torch.eye(10, dtype=torch.float64))
+    state = torch.load(tmp_path / "outputs" / SPEC.slug / "model" / "method_seed0.pt", weights_only=True)
+    assert torch.equal(model.theta.detach(), state["theta"])
+    loss, _ = chip_metrics(model, model.theta.detach()[None], x, torch.zeros(3, dtype=torch.long))
+    assert torch.isfinite(loss).all()
