@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from models.common import runtime
 from models.base import ClaimResult, DatasetError, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts, read_dataset, write_manifest
 
 
@@ -109,14 +110,19 @@ def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
     data = load_data(spec, root)
     layout.out_dir.mkdir(parents=True, exist_ok=True)
     staging = _fresh_dir(layout.out_dir / "model.partial")
+    # Checkpoints of an interrupted run with the same config and data are resumed, then dropped.
+    key = hashlib.sha256(f"{cfg.model_dump_json()}|{data.sha256}".encode()).hexdigest()[:16]
+    checkpoints = layout.out_dir / "checkpoints" / key
     started = time.perf_counter()
-    artifacts = spec.module().train(cfg, data, staging)
+    with runtime.checkpointing(checkpoints):
+        artifacts = spec.module().train(cfg, data, staging)
     artifacts.summary.setdefault("seconds", time.perf_counter() - started)
     artifacts.model_dir = staging
     artifacts.save()
     if layout.model_dir.exists():
         shutil.rmtree(layout.model_dir)
     staging.rename(layout.model_dir)
+    shutil.rmtree(layout.out_dir / "checkpoints", ignore_errors=True)
     artifacts.model_dir = layout.model_dir
     return artifacts
 

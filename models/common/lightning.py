@@ -3,13 +3,16 @@
 The LightningModule of a method adds loss, metrics and optimiser to a plain ``nn.Module``;
 ``fit`` runs ``Trainer.fit`` with an in-memory logger so the learning curve comes back as
 records the spine logs to MLflow, and stops on a non-finite loss.
+
+Inside ``runtime.checkpointing(folder)`` (the train step opens it), every ``fit`` call saves
+``last.ckpt`` each epoch under ``folder/<call index>-<variant>/`` together with its learning
+curve, and resumes from it: a training process killed half-way picks up where it stopped.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import os
 from typing import Any
 
 import lightning as L
@@ -18,7 +21,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from models.common.runtime import set_threads, show_progress  # noqa: F401 (re-exported)
+from models.common.runtime import checkpoint_dir, set_threads, show_progress  # noqa: F401 (re-exported)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -53,6 +56,19 @@ class HistoryLogger(Logger):
         self.records.append(record)
 
 
+class HistoryState(Callback):
+    """Stores the learning curve in each checkpoint, so a resumed fit returns all of it."""
+
+    def __init__(self, history: HistoryLogger) -> None:
+        self.history = history
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"records": list(self.history.records)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history.records[:0] = state_dict["records"]
+
+
 class StopOnNonFiniteLoss(Callback):
     """Raise as soon as a training step returns a NaN/inf loss (the run is then failed)."""
 
@@ -79,23 +95,33 @@ def fit(
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
     L.seed_everything(seed, workers=True, verbose=False)
     history = HistoryLogger()
+    callbacks: list[Callback] = [StopOnNonFiniteLoss()]
+    ckpt_dir, resume_from = checkpoint_dir(variant), None
+    if ckpt_dir is not None:
+        from lightning.pytorch.callbacks import ModelCheckpoint
+
+        callbacks += [ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0), HistoryState(history)]
+        if (ckpt_dir / "last.ckpt").is_file():
+            resume_from = str(ckpt_dir / "last.ckpt")
+            print(f"  resuming {variant} from {resume_from}", flush=True)
     kwargs: dict[str, Any] = dict(
         max_epochs=max_epochs,
         accelerator="cpu",
         devices=1,
         logger=history,
-        callbacks=[StopOnNonFiniteLoss()],
-        enable_checkpointing=False,
+        callbacks=callbacks,
+        enable_checkpointing=ckpt_dir is not None,
         enable_progress_bar=show_progress(),
         enable_model_summary=False,
         deterministic=True,
         num_sanity_val_steps=0,
         log_every_n_steps=1,
     )
+    callbacks += trainer_kwargs.pop("callbacks", [])
     kwargs.update(trainer_kwargs)
     trainer = L.Trainer(**kwargs)
     if show_progress():
         print(f"  training {variant} ({max_epochs} epochs)", flush=True)
-    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
+    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from)
     return history.records
 

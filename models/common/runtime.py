@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Iterator
 
 
 def show_progress() -> bool:
@@ -15,3 +20,26 @@ def set_threads() -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", min(2, os.cpu_count() or 1))))
+
+
+_CHECKPOINTS: ContextVar[tuple[Path, list[int]] | None] = ContextVar("paperline_checkpoints", default=None)
+
+
+@contextlib.contextmanager
+def checkpointing(folder: Path) -> Iterator[None]:
+    """Checkpoint and resume every Lightning ``fit`` made inside this block under ``folder``."""
+    token = _CHECKPOINTS.set((Path(folder), [0]))
+    try:
+        yield
+    finally:
+        _CHECKPOINTS.reset(token)
+
+
+def checkpoint_dir(variant: str) -> Path | None:
+    """The folder for the next ``fit`` call's checkpoints, or None outside ``checkpointing``."""
+    state = _CHECKPOINTS.get()
+    if state is None:
+        return None
+    folder, counter = state
+    counter[0] += 1  # fit calls happen in the same order on a rerun: the index names the call
+    return folder / f"{counter[0]:03d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', variant)}"

@@ -1,0 +1,64 @@
+"""Shared Lightning glue: learning curves captured, NaN stops training, interrupted fits resume."""
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from models.common.lightning import NonFiniteLossError, fit
+from models.common.runtime import checkpointing
+
+
+class Regressor(L.LightningModule):
+    def __init__(self, lr: float = 0.05) -> None:
+        super().__init__()
+        self.net = torch.nn.Linear(4, 1)
+        self.lr = lr
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("train/loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=self.lr, momentum=0.9)
+
+
+def _loader():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g)
+    return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16, shuffle=False)
+
+
+def _train(epochs: int, lr: float = 0.05):
+    torch.manual_seed(0)
+    module = Regressor(lr)
+    records = fit(module, _loader(), max_epochs=epochs, seed=0)
+    return module, records
+
+
+def test_history_is_captured_per_epoch():
+    module, records = _train(5)
+    losses = [r["train/loss"] for r in records if "train/loss" in r]
+    assert len(losses) == 5 and losses[-1] < losses[0]
+
+
+def test_interrupted_fit_resumes_from_its_last_checkpoint(tmp_path):
+    full, full_records = _train(6)
+    with checkpointing(tmp_path):
+        _train(3)  # "killed" after epoch 3: its last.ckpt stays behind
+    assert (tmp_path / "001-method" / "last.ckpt").is_file()
+    with checkpointing(tmp_path):
+        resumed, records = _train(6)
+    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_non_finite_loss_stops_training():
+    torch.manual_seed(0)
+    with pytest.raises(NonFiniteLossError, match="non-finite training loss"):
+        fit(Regressor(lr=1e6), _loader(), max_epochs=50, seed=0)
