@@ -23,7 +23,7 @@ def rows(results: Iterable[dict[str, Any]]) -> list[tuple[str, ...]]:
             r["method"], "yes" if r["holds"] else "NO", checks, _figures(r["figures"]),
             f"v{r['version']}" if r["version"] else "-",
             f"v{r['champion_version']}" if r["champion_version"] else "-",
-            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"], r["run_id"][:12],
+            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"], r["run_id"],
         ))
     return out
 
