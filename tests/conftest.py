@@ -7,7 +7,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit module is imported
 os.environ["PAPERLINE_PROGRESS"] = "0"
-os.environ.setdefault("PAPERLINE_THREADS", "2")
+os.environ.setdefault("PAPERLINE_THREADS", "1")
 os.environ.setdefault("PAPERLINE_ROOT", str(ROOT))
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 

@@ -16,10 +16,11 @@ def show_progress() -> bool:
 
 
 def set_threads() -> None:
-    """Use the cores we have, at most two (the project's CPU budget); ``PAPERLINE_THREADS`` overrides."""
+    """One intra-op thread unless ``PAPERLINE_THREADS`` says more: the models are small, and two
+    OpenMP threads on a busy 2-core machine ran 5-10x slower than one."""
     import torch
 
-    torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", min(2, os.cpu_count() or 1))))
+    torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))
 
 
 _CHECKPOINTS: ContextVar[tuple[Path, list[int]] | None] = ContextVar("paperline_checkpoints", default=None)
