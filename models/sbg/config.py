@@ -1,0 +1,159 @@
+"""Configuration of the SBG reproduction. Field defaults are the ``default`` scale (~90 s on 2 CPU cores)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from models.base import MethodConfig, RelPath, StrictModel
+
+System = Literal["aldp", "ace_aaa_nme"]
+
+
+class DataConfig(StrictModel):
+    """What ``prepare`` writes under data/peptides/ (this section alone drives the DVC prepare stage)."""
+
+    systems: tuple[System, ...] = ("aldp",)  # peptides simulated with OpenMM (Ace-A-Nme, Ace-AAA-Nme)
+    md_steps: int = Field(100_000, ge=10)  # production Langevin steps (1 fs each: 100 ps)
+    save_every: int = Field(50, ge=1)  # steps between stored frames (2,000 frames)
+    timestep_fs: float = Field(1.0, gt=0, le=2.0)  # no constraints, as the paper's energy: keep 1 fs
+    friction_per_ps: float = Field(1.0, gt=0)
+    minimise_iterations: int = Field(500, ge=0)  # discarded
+    equilibration_steps: int = Field(5_000, ge=0)  # discarded
+    # "Reference" (double precision, bitwise reproducible, 4x faster than "CPU" for 22 atoms) or
+    # "CPU" (run with one thread: with two it is not reproducible). Both run on the CPU.
+    platform: Literal["Reference", "CPU"] = "Reference"
+    # Force field of Ace-AAA-Nme: the paper's amber14 + OBC1 (a CustomGBForce, ~5x slower here) or
+    # the dipeptide's amber99sbildn + OBC.
+    larger_peptide_forcefield: Literal["amber14_obc1", "amber99sbildn_obc"] = "amber99sbildn_obc"
+    # A user's own trajectory, relative to the project's data/ folder ("" = none): coordinates in nm
+    # as .npy/.npz, or any mdtraj-readable file (.xtc/.dcd/.h5...) with a PDB topology. It becomes
+    # system "user" with the force field below.
+    user_trajectory: RelPath = ""
+    user_topology: RelPath = ""
+    user_forcefield: Literal["amber99sbildn_obc", "amber14_obc1"] = "amber99sbildn_obc"
+
+    @model_validator(mode="after")
+    def _user_files_together(self) -> "DataConfig":
+        if bool(self.user_trajectory) != bool(self.user_topology):
+            raise ValueError("data.user_trajectory and data.user_topology must be given together")
+        if not self.systems and not self.user_trajectory:
+            raise ValueError("nothing to prepare: data.systems is empty and no user trajectory is given")
+        if len(set(self.systems)) != len(self.systems):
+            raise ValueError(f"data.systems has duplicates: {self.systems}")
+        return self
+
+
+class FlowConfig(StrictModel):
+    """TarFlow-lite (paper for Ace-A-Nme: 4 blocks x 4 layers, width 256, head dim 64, scalar tokens)."""
+
+    channels: Literal[1, 3] = 3  # 1: one token per x/y/z coordinate (paper); 3: one token per atom
+    width: int = Field(32, ge=8)
+    blocks: int = Field(4, ge=1)
+    layers_per_block: int = Field(1, ge=1)
+    head_dim: int = Field(32, ge=4)
+    mlp_ratio: int = Field(2, ge=1)
+    # "random": uniform random 3-D rotations of the training data (paper). "aligned": frames
+    # Kabsch-aligned to their mean structure, then rotated by exp(omega^), omega ~ N(0, s^2 I); the
+    # proposal energy then carries that rotation density too (see the pipeline docstring).
+    rotation: Literal["random", "aligned"] = "aligned"
+    rotation_sigma: float = Field(0.1, gt=0, le=1.0)  # s, radians (aligned only)
+    # Whiten with the Cholesky factor of the augmented training covariance (the paper: one scalar std).
+    whiten: bool = True
+    whitening_copies: int = Field(10, ge=1)  # augmented draws per frame for that covariance
+    com_density: Literal["chi3", "gaussian"] = "chi3"  # Prop. 1 as written, or the matched 3-D Gaussian
+
+
+class TrainConfig(StrictModel):
+    """Maximum likelihood on MD frames (paper: AdamW 1e-4, betas (0.9, 0.95), wd 4e-4, OneCycle, batch 512, EMA 0.999)."""
+
+    epochs: int = Field(40, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    weight_decay: float = Field(4e-4, ge=0)
+    betas: tuple[float, float] = (0.9, 0.95)
+    warmup_fraction: float = Field(0.05, gt=0, lt=1)
+    div_factor: float = Field(500.0, ge=1)
+    ema_decay: float = Field(0.98, ge=0, lt=1)  # 0 = no EMA
+    holdout_fraction: float = Field(0.2, gt=0, lt=1)  # MD frames kept out for reference metrics
+
+
+class SamplerConfig(StrictModel):
+    """SNIS (baseline) and continuous-time SMC (method) on the same proposals (paper: 10k, 100 steps)."""
+
+    n_proposals: int = Field(512, ge=8)
+    annealing_steps: int = Field(50, ge=1)
+    # h = eps * dt in standardised units (the official init_eps); eps is the Langevin time of the
+    # whole anneal. Chosen from the stiffness of the energy, not from the comparison: h * lambda_max
+    # ~ 0.1 for C-H bonds (lambda_max ~ 6e3 in these units), i.e. eps ~ 1e-3 at 50 steps.
+    eps: float = Field(1e-3, gt=0)
+    ess_threshold: float = Field(0.5, gt=0, le=1)
+    metropolis: bool = False  # paper default: unadjusted Langevin
+    logw_quantile_filter: float = Field(0.002, ge=0, lt=0.5)  # drop the top 0.2 % log-weights (both samplers)
+    n_seeds: int = Field(3, ge=1, le=16)  # sampling seeds (one trained flow); the claim uses medians
+    torus_points: int = Field(400, ge=16)  # points per side in the exact torus-W2 assignment
+    jsd_bins: int = Field(36, ge=4)
+
+
+class Config(MethodConfig):
+    SCALES = {
+        "smoke": {
+            "data.md_steps": 4_000,
+            "data.save_every": 20,  # 200 frames
+            "data.minimise_iterations": 100,
+            "data.equilibration_steps": 200,
+            "flow.width": 16,
+            "flow.blocks": 2,
+            "flow.layers_per_block": 1,
+            "flow.head_dim": 8,
+            "train.epochs": 2,
+            "train.batch_size": 64,
+            "sampler.n_proposals": 32,
+            "sampler.annealing_steps": 5,
+            "sampler.n_seeds": 1,
+            "sampler.torus_points": 32,
+            "jacobian_samples": 1,
+        },
+        "paper": {
+            # Ace-A-Nme TarFlow 4x4, width 256, scalar tokens, random rotations, 1000 epochs of batch
+            # 512, EMA 0.999; 10k proposals, 100-step SMC. Supply the authors' MD data as a user
+            # trajectory for the reference ensemble; here 1 ns of local MD plus the tetrapeptide.
+            "data.systems": ["aldp", "ace_aaa_nme"],
+            "data.md_steps": 1_000_000,
+            "data.larger_peptide_forcefield": "amber14_obc1",
+            "flow.channels": 1,
+            "flow.width": 256,
+            "flow.blocks": 4,
+            "flow.layers_per_block": 4,
+            "flow.head_dim": 64,
+            "flow.mlp_ratio": 4,
+            "flow.rotation": "random",
+            "flow.whiten": False,
+            "train.epochs": 1000,
+            "train.batch_size": 512,
+            "train.lr": 1e-4,
+            "train.ema_decay": 0.999,
+            "sampler.n_proposals": 10_000,
+            "sampler.annealing_steps": 100,
+            "sampler.eps": 1e-5,
+            "sampler.torus_points": 2_000,
+            "accelerator": "auto",
+        },
+    }
+
+    data: DataConfig = DataConfig()
+    system: Literal["aldp", "ace_aaa_nme", "user"] = "aldp"  # which prepared system to train and sample
+    flow: FlowConfig = FlowConfig()
+    train: TrainConfig = TrainConfig()
+    sampler: SamplerConfig = SamplerConfig()
+    jacobian_samples: int = Field(2, ge=1, le=16)  # samples in the log-det vs autograd-Jacobian check
+    accelerator: str = "cpu"  # Lightning accelerator of the flow training
+
+    @model_validator(mode="after")
+    def _system_is_prepared(self) -> "Config":
+        if self.system == "user" and not self.data.user_trajectory:
+            raise ValueError("system='user' needs data.user_trajectory and data.user_topology")
+        if self.system != "user" and self.system not in self.data.systems:
+            raise ValueError(f"system {self.system!r} is not in data.systems {self.data.systems}")
+        return self

@@ -1,0 +1,297 @@
+"""SBG: the TarFlow's exactness, Prop. 1's CoM density, the samplers' invariants, the metrics,
+the OpenMM target, the trajectory loader, and a smoke run of the whole pipeline."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("PAPERLINE_PROGRESS", "0")
+
+from models.sbg import SPEC  # noqa: E402
+from models.sbg import algorithm as alg  # noqa: E402
+from models.sbg import data as data_mod  # noqa: E402
+from models.sbg.networks import BoltzmannGenerator, TarFlow, quaternion_matrix  # noqa: E402
+
+
+def _random_flow(channels: int, seed: int = 0) -> TarFlow:
+    torch.manual_seed(seed)
+    flow = TarFlow(5, width=16, blocks=3, layers_per_block=2, head_dim=8, channels=channels).double()
+    with torch.no_grad():  # leave the identity initialisation so the test sees a non-trivial map
+        for p in flow.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return flow
+
+
+# ----------------------------------------------------------------------------- TarFlow
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_tarflow_inverts_and_logdet_equals_autograd_jacobian(channels):
+    flow = _random_flow(channels)
+    x = torch.randn(3, 5, 3, dtype=torch.float64)
+    z, logdet = flow(x)
+    x_back, logdet_rev = flow.reverse(z)
+    assert torch.allclose(x_back, x, atol=1e-10)
+    assert torch.allclose(logdet_rev, logdet, atol=1e-10)
+    for i in range(3):
+        jac = torch.autograd.functional.jacobian(lambda v: flow(v.view(1, 5, 3))[0][0], x[i].flatten())
+        assert float(torch.linalg.slogdet(jac)[1]) == pytest.approx(float(logdet[i].detach()), abs=1e-9)
+
+
+def test_tarflow_block_is_autoregressive_in_its_order():
+    flow = _random_flow(1)
+    block = flow.blocks[0]  # identity order: token i may depend on tokens <= i only
+    x = torch.randn(1, 15, 1, dtype=torch.float64)
+    jac = torch.autograd.functional.jacobian(lambda v: block(v.view(1, 15, 1))[0].flatten(), x.flatten())
+    assert torch.count_nonzero(torch.triu(jac, diagonal=1)) == 0
+    assert torch.count_nonzero(torch.tril(jac, diagonal=-1)) > 0
+    reversed_block = flow.blocks[1]
+    jac = torch.autograd.functional.jacobian(lambda v: reversed_block(v.view(1, 15, 1))[0].flatten(), x.flatten())
+    assert torch.count_nonzero(torch.tril(jac, diagonal=-1)) == 0
+
+
+def test_fresh_flow_is_identity_and_samples_carry_their_log_density():
+    flow = TarFlow(4, width=16, blocks=2, layers_per_block=1, head_dim=8).double()
+    x = torch.randn(6, 4, 3, dtype=torch.float64)
+    z, logdet = flow(x)
+    assert torch.equal(z, x.flatten(1)) and torch.all(logdet == 0)
+    flow = _random_flow(3)
+    samples, log_q = flow.sample(8, torch.Generator().manual_seed(1))
+    assert torch.allclose(flow.log_prob(samples), log_q, atol=1e-9)
+
+
+def test_whitened_generator_at_init_is_the_gaussian_fit():
+    torch.manual_seed(0)
+    model = BoltzmannGenerator(4, rotation="aligned", width=16, blocks=2, layers_per_block=1, head_dim=8).double()
+    frames = torch.randn(200, 4, 3, dtype=torch.float64) * 0.1 + torch.arange(12.0).view(1, 4, 3) * 0.15
+    model.fit_preprocessing(frames)
+    x = model.standardise(frames)
+    model.fit_whitening(x, copies=4, generator=torch.Generator().manual_seed(0))
+    cov = model.chol @ model.chol.T
+    gauss = torch.distributions.MultivariateNormal(model.mean, covariance_matrix=cov)
+    assert torch.allclose(model.log_prob(x), gauss.log_prob(x.flatten(1)), atol=1e-8)
+    assert torch.allclose(model.unwhiten(model.whiten(x)), x, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------- Prop. 1 and rotations
+
+
+def _with_com(r: np.ndarray) -> torch.Tensor:
+    x = torch.zeros(len(r), 4, 3, dtype=torch.float64)
+    x[:, :, 0] = torch.as_tensor(r)[:, None]  # every atom at (r, 0, 0): centre of mass at distance r
+    return x
+
+
+def test_chi3_com_term_is_a_normalised_density_of_the_com_norm():
+    sigma = 0.5
+    r = np.linspace(1e-6, 12 * sigma, 200_001)
+    density = torch.exp(alg.com_log_density(_with_com(r), sigma, "chi3")).numpy()
+    assert np.trapezoid(density, r) == pytest.approx(1.0, abs=1e-6)
+    # The matched Gaussian is normalised over R^3: int 4 pi r^2 N(r) dr = 1.
+    gauss = torch.exp(alg.com_log_density(_with_com(r), sigma, "gaussian")).numpy()
+    assert np.trapezoid(4 * np.pi * r**2 * gauss, r) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_rotation_log_exp_and_kabsch_recover_a_rotation():
+    g = torch.Generator().manual_seed(0)
+    omega = 0.8 * torch.randn(16, 3, generator=g, dtype=torch.float64)
+    rot = alg.rotation_exp(omega)
+    assert torch.allclose(rot @ rot.transpose(1, 2), torch.eye(3, dtype=torch.float64).expand(16, 3, 3), atol=1e-12)
+    assert torch.allclose(alg.rotation_log(rot), omega, atol=1e-9)
+    reference = torch.randn(7, 3, generator=g, dtype=torch.float64)
+    reference -= reference.mean(0)
+    x = reference @ rot.transpose(1, 2) + torch.randn(16, 1, 3, generator=g, dtype=torch.float64)
+    assert torch.allclose(alg.kabsch_rotation(x, reference), rot, atol=1e-9)
+
+
+def test_so3_density_integrates_to_one_against_the_haar_measure():
+    # Uniform (Haar) rotations have density 1 / (8 pi^2) in these units, so E_Haar[rho] 8 pi^2 = 1.
+    sigma = 0.7
+    q = torch.randn(400_000, 4, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    rot = quaternion_matrix(q / q.norm(dim=-1, keepdim=True))
+    estimate = float(torch.exp(alg.so3_log_density(rot, sigma)).mean()) * 8 * math.pi**2
+    assert estimate == pytest.approx(1.0, abs=0.03)
+
+
+# ----------------------------------------------------------------------------- samplers
+
+
+def _gaussian_energy(mean: float, std: float):
+    def energy(x):
+        return ((x - mean) ** 2).flatten(1).sum(1) / (2 * std**2), (x - mean) / std**2
+    return energy
+
+
+def test_snis_with_exact_proposal_has_unit_ess():
+    x = torch.randn(100, 2, 3, dtype=torch.float64)
+    e = _gaussian_energy(0.0, 1.0)(x)[0]
+    result = alg.snis(x, e + 3.0, e, torch.Generator().manual_seed(0))  # a constant offset cancels
+    assert result.ess == pytest.approx(1.0, abs=1e-12)
+
+
+def test_smc_with_equal_source_and_target_keeps_weights_and_reaches_t1():
+    x = torch.randn(64, 2, 3, dtype=torch.float64)
+    energy = _gaussian_energy(0.0, 1.0)
+    result = alg.smc(x, energy, energy, steps=7, eps=0.5, ess_threshold=0.5, metropolis=False,
+                     generator=torch.Generator().manual_seed(0))
+    assert result.trace["ess"] == pytest.approx([1.0] * 7, abs=1e-12)
+    assert result.n_resampling == 0 and result.ess_final == pytest.approx(1.0)
+    assert result.trace["t"][-1] == 1.0 and np.diff([0.0] + result.trace["t"]).sum() == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("metropolis", [False, True])
+def test_smc_transports_a_gaussian_to_the_target(metropolis):
+    # Source N(0, 1), target N(1.5, 0.5^2) per coordinate: SNIS from 2000 proposals degenerates
+    # (ESS << 1), SMC recovers the target's mean and variance.
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 2, 3, generator=g, dtype=torch.float64)
+    source, target = _gaussian_energy(0.0, 1.0), _gaussian_energy(1.5, 0.5)
+    snis = alg.snis(x, source(x)[0], target(x)[0], g)
+    # ULA's stationary variance is inflated by 1 / (1 - h lambda / 2): keep h lambda small without MH.
+    eps = 5.0 if metropolis else 1.0
+    result = alg.smc(x, source, target, steps=50, eps=eps, ess_threshold=0.5, metropolis=metropolis, generator=g)
+    samples = result.samples.flatten()
+    assert snis.ess < 0.05
+    assert float(samples.mean()) == pytest.approx(1.5, abs=0.05)
+    assert float(samples.std()) == pytest.approx(0.5, abs=0.05)
+    assert 0 < result.ess_final <= 1
+
+
+def test_logw_quantile_filter_drops_the_top_fraction():
+    logw = torch.arange(1000, dtype=torch.float64)
+    keep = alg.logw_quantile_keep(logw, 0.002)
+    assert int((~keep).sum()) == 2 and not keep[-2:].any()
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def test_wasserstein_1d_matches_scipy_and_shifts():
+    from scipy.stats import wasserstein_distance
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=137), rng.gamma(2.0, size=61)
+    assert alg.wasserstein_1d(a, b, 1) == pytest.approx(wasserstein_distance(a, b), rel=1e-12)
+    assert alg.wasserstein_1d(a, a + 0.7, 2) == pytest.approx(0.7, rel=1e-12)
+
+
+def test_torus_w2_wraps_angles():
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-np.pi, np.pi, size=(50, 2))
+    wrapped = np.angle(np.exp(1j * (a + 0.1)))  # shift by 0.1 and wrap to (-pi, pi]
+    assert alg.torus_w2(a, wrapped, 50, np.random.default_rng(1)) == pytest.approx(0.1 * math.sqrt(2), abs=1e-9)
+    assert alg.histogram_jsd(a, a, 10) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_dihedrals_and_chirality_on_alanine_dipeptide():
+    import mdtraj
+
+    topology, xyz = data_mod.aldp_topology()
+    rng = np.random.default_rng(0)
+    frames = xyz[None] + 0.01 * rng.normal(size=(5, *xyz.shape))
+    phi, psi = data_mod.backbone_dihedral_indices(topology)
+    traj = mdtraj.Trajectory(frames, mdtraj.Topology.from_openmm(topology))
+    assert np.allclose(data_mod.dihedrals(frames, phi), mdtraj.compute_phi(traj)[1], atol=1e-5)
+    centres = data_mod.chiral_centres(topology)
+    assert centres.shape == (1, 4)
+    reference = alg.chirality_signs(frames[:1], centres)[0]
+    mixed = np.concatenate([frames, -frames])
+    fixed, wrong, unfixable = alg.fix_chirality(mixed, centres, reference)
+    assert wrong.tolist() == [False] * 5 + [True] * 5 and not unfixable.any()
+    assert np.allclose(fixed, np.concatenate([frames, frames]))
+
+
+# ----------------------------------------------------------------------------- OpenMM and data
+
+
+def test_openmm_energy_is_finite_negative_and_forces_are_its_gradient():
+    topology, xyz = data_mod.aldp_topology()
+    energy = data_mod.OpenMMEnergy(topology, "amber99sbildn_obc")
+    import openmm
+
+    context = data_mod.make_context(data_mod.create_system(topology, "amber99sbildn_obc"),
+                                    openmm.VerletIntegrator(0.001), "Reference")
+    context.setPositions(xyz)
+    openmm.LocalEnergyMinimizer.minimize(context, 1.0, 200)
+    x = np.asarray(context.getState(getPositions=True).getPositions(asNumpy=True)._value)
+    e, f = energy(x[None])
+    assert np.isfinite(e).all() and -100 < e[0] < 0  # tens of kT below zero
+    direction = np.random.default_rng(0).normal(size=x.shape)
+    h = 1e-5
+    numeric = (energy((x + h * direction)[None], forces=False)[0] - energy((x - h * direction)[None], forces=False)[0]) / (2 * h)
+    assert numeric[0] == pytest.approx(-(f[0] * direction).sum(), rel=1e-4)
+    nan = energy(np.full((1, *x.shape), np.nan))[0]
+    assert nan[0] == np.inf
+
+
+def test_tetrapeptide_builder_gives_a_valid_molecule():
+    topology, xyz = data_mod.capped_alanine_topology(3)
+    assert topology.getNumAtoms() == 42 and [r.name for r in topology.residues()] == ["ACE", "ALA", "ALA", "ALA", "NME"]
+    energy = data_mod.OpenMMEnergy(topology, "amber99sbildn_obc")(xyz[None])[0]
+    assert np.isfinite(energy).all() and energy[0] < 1e3  # no clashes, bonds near ideal before minimisation
+    assert len(data_mod.chiral_centres(topology)) == 3
+
+
+def test_user_trajectory_loader_reads_npy_and_dcd(tmp_path):
+    import mdtraj
+
+    topology, xyz = data_mod.aldp_topology()
+    frames = (xyz[None] + 0.01 * np.random.default_rng(0).normal(size=(4, *xyz.shape))).astype(np.float32)
+    (tmp_path / "top.pdb").write_text(data_mod.pdb_text(topology, xyz))
+    np.save(tmp_path / "traj.npy", frames)
+    mdtraj.Trajectory(frames, mdtraj.Topology.from_openmm(topology)).save_dcd(str(tmp_path / "traj.dcd"))
+    for name in ("traj.npy", "traj.dcd"):
+        top, loaded = data_mod.load_user_trajectory(tmp_path / name, tmp_path / "top.pdb")
+        assert top.getNumAtoms() == 22 and np.allclose(loaded, frames, atol=1e-3)
+    np.save(tmp_path / "bad.npy", frames[:, :5])
+    with pytest.raises(ValueError, match="expected"):
+        data_mod.load_user_trajectory(tmp_path / "bad.npy", tmp_path / "top.pdb")
+
+
+def test_config_rejects_bad_values():
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        SPEC.make_config("smoke", {"data.user_trajectory": "../outside.npy", "data.user_topology": "t.pdb"})
+    with pytest.raises(ValidationError):
+        SPEC.make_config("smoke", {"system": "ace_aaa_nme"})  # not prepared
+    with pytest.raises(ValidationError):
+        SPEC.make_config("smoke", {"sampler.ess_threshold": 0.0})
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+
+def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
+    from tasks import steps
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    topology, xyz = data_mod.aldp_topology()
+    user = tmp_path / "data" / "raw"
+    user.mkdir(parents=True)
+    (user / "aldp.pdb").write_text(data_mod.pdb_text(topology, xyz))
+    np.save(user / "aldp.npy", (xyz[None] + 0.003 * np.random.default_rng(0).normal(size=(6, 22, 3))).astype(np.float32))
+    cfg = SPEC.make_config("smoke", {"data.user_trajectory": "raw/aldp.npy", "data.user_topology": "raw/aldp.pdb"})
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    assert {"aldp/coordinates.npy", "user/coordinates.npy", "user/topology.pdb"} <= set(ref.files)
+    assert steps.prepare(SPEC, cfg, tmp_path).sha256 == ref.sha256  # byte-identical from the seed
+    meta = json.loads((ref.path / "aldp" / "meta.json").read_text())
+    assert meta["forcefield"] == "amber99sbildn_obc" and meta["n_frames"] == cfg.data.md_steps // cfg.data.save_every
+    assert np.isfinite(np.load(ref.path / "user" / "energies.npy")).all()
+
+    artifacts = steps.train(SPEC, cfg, tmp_path)
+    assert artifacts.history["method"] and (artifacts.model_dir / "flow.pt").is_file()
+    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+    v = metrics.values
+    assert not metrics.non_finite()
+    assert 0 < v["baseline/ess"] <= 1 and 0 < v["method/ess_final"] <= 1
+    assert v["check/invert_max_abs"] < 1e-8 and v["check/logdet_max_abs_err"] < 1e-8
+    assert {p.name for p in metrics.figures} >= {"ramachandran.png", "energy_histogram.png", "smc_trace.png"}
+    assert result.sane and isinstance(result.holds, bool)
+    model = SPEC.module().load_model(cfg, artifacts.model_dir)
+    assert isinstance(model, torch.nn.Module)
+    assert model.sample_nm(3).shape == (3, 22, 3)
