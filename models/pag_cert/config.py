@@ -6,14 +6,15 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 
 class DataConfig(StrictModel):
     """Which images, and how they are split (this section alone drives the DVC prepare stage)."""
 
     source: Literal["digits", "mnist"] = "digits"  # "mnist": read idx files from mnist_dir
-    mnist_dir: str = ""  # folder holding MNIST idx files (torchvision raw layout), when source="mnist"
+    # Folder holding MNIST idx files (torchvision raw layout), relative to data/, when source="mnist".
+    mnist_dir: RelPath = ""
     train_frac: float = Field(0.5, gt=0, lt=1)  # classifier training split
     pool_frac: float = Field(0.25, gt=0, lt=1)  # the "validation" split the sampler resamples; the rest is test
 

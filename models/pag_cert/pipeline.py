@@ -52,7 +52,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
 from models.common import plotting
 from models.common.lightning import fit, set_threads, show_progress
 from models.pag_cert import algorithm as alg
@@ -67,7 +67,7 @@ CLASSES = 10
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     """Write the images and a seeded train / pool / test split."""
     if cfg.data.source == "mnist":
-        x, y = images.load_mnist_idx(Path(cfg.data.mnist_dir))
+        x, y = images.load_mnist_idx(user_data_path(cfg.data.mnist_dir))
     else:
         x, y = images.load_digits01()
     split = images.split_labels(len(x), cfg.data.train_frac, cfg.data.pool_frac, cfg.seed)

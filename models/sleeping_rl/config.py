@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 
 class Setting(StrictModel):
@@ -29,9 +29,10 @@ class DataConfig(StrictModel):
 
     settings: tuple[Setting, ...] = (MAIN, SECOND, CONTROL)
     horizon: int = Field(default=10, ge=1, le=50)
-    # Optional folder of the official repo's ``configs/*.json``; when set, its files define the
-    # settings instead of ``settings`` (grid, no_hole_prob and H are read; K and trials are noted).
-    official_config_dir: str = ""
+    # Optional folder of the official repo's ``configs/*.json``, relative to the project's data/
+    # folder; when set, its files define the settings instead of ``settings`` (grid, no_hole_prob
+    # and H are read; K and trials are noted).
+    official_config_dir: RelPath = ""
 
     @model_validator(mode="after")
     def _unique_names(self) -> "DataConfig":

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
 from models.common import plotting
 from models.common.runtime import show_progress
 
@@ -75,7 +75,7 @@ def resolve_settings(cfg: Config) -> tuple[list[Setting], int, dict]:
     """The settings to run and their horizon: from the config, or from official ``configs/*.json``."""
     if not cfg.data.official_config_dir:
         return list(cfg.data.settings), cfg.data.horizon, {}
-    files = sorted(Path(cfg.data.official_config_dir).glob("*.json"))
+    files = sorted(user_data_path(cfg.data.official_config_dir).glob("*.json"))
     if not files:
         raise FileNotFoundError(f"no official configs (*.json) in {cfg.data.official_config_dir}")
     official = {f.name: read_official_config(f) for f in files}

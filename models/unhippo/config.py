@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 
 # The official experiment grid: 0 and 13 log-spaced stds in [1e-3, 1] (config/experiment/*.yaml).
@@ -22,8 +22,9 @@ class DataConfig(StrictModel):
     n_val: int = Field(500, ge=10)
     n_test: int = Field(500, ge=10)
     frequency_jitter: float = Field(0.1, ge=0, lt=1)  # cycle counts drawn from (1 +- jitter) x class rate
-    # A Free Spoken Digit release folder (recordings/<digit>_<speaker>_<index>.wav); None = synthetic.
-    fsd_dir: str | None = None
+    # A Free Spoken Digit release folder (recordings/<digit>_<speaker>_<index>.wav), relative to the
+    # project's data/ folder; "" = synthetic.
+    fsd_dir: RelPath = ""
     fsd_length: int = Field(8000, ge=8)
 
 

@@ -66,7 +66,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
 from models.common import plotting
 from models.common.lightning import fit, set_threads
 
@@ -83,11 +83,11 @@ COLORS = {"baseline": "tab:blue", "method": "tab:red"}
 
 
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    if cfg.data.fsd_dir is None:
+    if not cfg.data.fsd_dir:
         arrays = data_mod.make_waveforms(cfg.data, cfg.seed)
         source = "synthetic waveforms (sine/square/sawtooth/chirp), models.unhippo.data.make_waveforms"
     else:
-        X, y, speakers = data_mod.load_fsd(Path(cfg.data.fsd_dir), cfg.data.fsd_length)
+        X, y, speakers = data_mod.load_fsd(user_data_path(cfg.data.fsd_dir), cfg.data.fsd_length)
         arrays = data_mod.split_fsd(X, y, speakers, cfg.seed)
         source = f"Free Spoken Digit Dataset from {cfg.data.fsd_dir}"
     arrays = {k: (v.astype(np.float32) if k.startswith("X_") else v) for k, v in arrays.items()}
@@ -96,7 +96,7 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         data_dir,
         meta={
             "generator": source,
-            "synthetic": cfg.data.fsd_dir is None,
+            "synthetic": not cfg.data.fsd_dir,
             "seed": cfg.seed,
             "length": int(arrays["X_train"].shape[1]),
             **{f"n_{split}": int(len(arrays[f"y_{split}"])) for split in data_mod.SPLITS},
@@ -111,11 +111,11 @@ def load_arrays(data: DatasetRef) -> dict[str, np.ndarray]:
 
 
 def sequence_length(cfg: Config) -> int:
-    return cfg.data.length if cfg.data.fsd_dir is None else cfg.data.fsd_length
+    return cfg.data.fsd_length if cfg.data.fsd_dir else cfg.data.length
 
 
 def n_classes(cfg: Config) -> int:
-    return cfg.data.n_classes if cfg.data.fsd_dir is None else 10
+    return 10 if cfg.data.fsd_dir else cfg.data.n_classes
 
 
 # ----------------------------------------------------------------------------- variants and networks

@@ -6,16 +6,17 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 
 class DataConfig(StrictModel):
     """What ``prepare`` writes: K-dimensional features of a digit set, split into train/test."""
 
     # "digits": scikit-learn's bundled 8x8 digits (offline). "idx": MNIST/FMNIST IDX files
-    # (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*) found in ``idx_dir``.
+    # (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte[.gz], t10k-*) found in ``idx_dir``,
+    # a folder relative to the project's data/ folder.
     source: Literal["digits", "idx"] = "digits"
-    idx_dir: str = ""
+    idx_dir: RelPath = ""
     # K: K-1 principal components plus one constant channel (the DC bin of the precursor's FFT
     # features); every input is then scaled to norm sqrt(K), as in the precursor.
     n_features: int = Field(default=16, ge=4, le=256)
@@ -103,7 +104,7 @@ class Config(MethodConfig):
             # The precursor's MNIST setting: K = 32 features, L = 32 columns, Q = K, 10 BP + 100 ZO
             # epochs, 8 seeds, the covariance updated every 100 minibatches with EMA 0.01 (GPU).
             "data.source": "idx",
-            "data.idx_dir": "data/raw/mnist",
+            "data.idx_dir": "raw/mnist",  # data/raw/mnist
             "data.n_features": 32,
             "net.columns": 32,
             "zo.epochs": 100,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import DatasetRef, write_manifest
+from models.base import DatasetRef, user_data_path, write_manifest
 
 FILE = "features.npz"
 IDX_FILES = {
@@ -88,7 +88,7 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
         split = load_digits_split(d.test_fraction, cfg.seed)
         generator = "sklearn.datasets.load_digits"
     else:
-        split = load_idx_dir(Path(d.idx_dir))
+        split = load_idx_dir(user_data_path(d.idx_dir))
         generator = f"IDX files from {d.idx_dir}"
     rng = np.random.default_rng(cfg.seed)
     for part, cap in (("train", d.max_train), ("test", d.max_test)):

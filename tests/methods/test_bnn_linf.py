@@ -18,6 +18,7 @@ from models.bnn_linf.data import (
     distort_ecg,
     load_ecg_windows,
     load_image_folder,
+    make_ecg,
     split_groups,
 )
 from models.bnn_linf.networks import (
@@ -202,13 +203,22 @@ def test_image_noise_levels():
     assert hit.mean() == pytest.approx(0.2, abs=0.02) and set(np.unique(sp[hit])) == {0.0, 1.0}
 
 
-def test_loaders_read_the_official_layouts(tmp_path):
+def test_loaders_read_the_official_layouts(tmp_path, monkeypatch):
     np.savez(tmp_path / "w.npz", X=np.ones((5, 12)), y=np.array([0, 1, 2, 1, 0]), record=np.array([0, 0, 1, 1, 2]))
     X, y, groups = load_ecg_windows(tmp_path / "w.npz")
     assert X.dtype == np.float32 and X.shape == (5, 12) and y.tolist() == [0, 1, 2, 1, 0] and groups[3] == 1
     np.savez(tmp_path / "bad.npz", data=np.ones(3))
     with pytest.raises(ValueError, match="'X'"):
         load_ecg_windows(tmp_path / "bad.npz")
+    # data.ecg_npz names such a file relative to <PAPERLINE_ROOT>/data/.
+    (tmp_path / "data" / "ecg").mkdir(parents=True)
+    records = np.repeat(np.arange(6), 4)
+    window = int(Config.for_scale("smoke").data.window_seconds * Config.for_scale("smoke").data.sampling_rate)
+    signal = np.sin(np.linspace(0, 40, window))[None] * (1 + records[:, None] % 3)
+    np.savez(tmp_path / "data" / "ecg" / "w.npz", X=signal, y=records % 3, record=records)
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    ecg = make_ecg(Config.for_scale("smoke", {"data.ecg_npz": "ecg/w.npz"}).data, seed=0)
+    assert len(ecg["y_train"]) + len(ecg["y_test"]) == 24 and ecg["X_train"].shape[1] == window
 
     from PIL import Image
 

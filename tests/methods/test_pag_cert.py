@@ -223,22 +223,24 @@ def _write_idx(path, array, code):
     (gzip.open if path.suffix == ".gz" else open)(path, "wb").write(payload)
 
 
-def test_mnist_idx_loader_reads_the_official_layout(tmp_path):
+def test_mnist_idx_loader_reads_the_official_layout(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
-    raw = tmp_path / "MNIST" / "raw"
+    mnist = tmp_path / "data" / "mnist"  # data.mnist_dir is relative to <PAPERLINE_ROOT>/data/
+    raw = mnist / "MNIST" / "raw"
     raw.mkdir(parents=True)
     imgs = rng.integers(0, 256, (5, 28, 28)).astype(np.uint8)
     labels = rng.integers(0, 10, 5).astype(np.uint8)
     _write_idx(raw / "train-images-idx3-ubyte.gz", imgs, 0x08)
     _write_idx(raw / "train-labels-idx1-ubyte", labels, 0x08)
-    x, y = images.load_mnist_idx(tmp_path)
+    x, y = images.load_mnist_idx(mnist)
     assert x.shape == (5, 28, 28) and x.dtype == np.float32
     np.testing.assert_allclose(x, imgs / 255.0, rtol=1e-6)
     np.testing.assert_array_equal(y, labels)
     # prepare() takes a user-supplied MNIST folder in place of digits
     from models.pag_cert import pipeline
 
-    cfg = SPEC.make_config("smoke", {"data.source": "mnist", "data.mnist_dir": str(tmp_path)})
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = SPEC.make_config("smoke", {"data.source": "mnist", "data.mnist_dir": "mnist"})
     (tmp_path / "prepared").mkdir()
     ref = pipeline.prepare(cfg, tmp_path / "prepared")
     assert ref.meta["side"] == 28 and ref.meta["train"] + ref.meta["pool"] + ref.meta["test"] == 5

@@ -286,15 +286,16 @@ def test_official_config_loader(tmp_path):
         read_official_config(tmp_path / "old.json")
 
 
-def test_prepare_reads_official_configs(tmp_path):
-    configs = tmp_path / "configs"
-    configs.mkdir()
+def test_prepare_reads_official_configs(tmp_path, monkeypatch):
+    configs = tmp_path / "data" / "configs"  # data.official_config_dir is relative to <PAPERLINE_ROOT>/data/
+    configs.mkdir(parents=True)
     for g, p in [(2, 0.25), (3, 1)]:
         (configs / official_config_name(g, 10, 100000, p)).write_text(
             json.dumps({"grid": g, "H": 10, "K": 100000, "no_hole_prob": p, "alg_lst": ["SleUCBVI", "UCBVI"], "n_trials": 4, "n_cores": 4})
         )
-    cfg = SPEC.make_config("smoke", {"data.official_config_dir": str(configs)})
-    out = tmp_path / "data"
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = SPEC.make_config("smoke", {"data.official_config_dir": "configs"})
+    out = tmp_path / "prepared"
     out.mkdir()
     ref = SPEC.module().prepare(cfg, out)
     settings = json.loads(ref.file("settings.json").read_text())

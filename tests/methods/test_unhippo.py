@@ -282,21 +282,33 @@ def write_wav(path, samples):
         fh.writeframes((np.asarray(samples) * 32767).astype("<i2").tobytes())
 
 
-def test_fsd_loader_reads_the_release_layout_loops_and_crops(tmp_path):
-    rec = tmp_path / "recordings"
-    rec.mkdir()
+def test_fsd_loader_reads_the_release_layout_loops_and_crops(tmp_path, monkeypatch):
+    fsd = tmp_path / "data" / "fsd"  # data.fsd_dir is relative to <PAPERLINE_ROOT>/data/
+    rec = fsd / "recordings"
+    rec.mkdir(parents=True)
     speakers = ["george", "jackson", "lucas", "nicolas", "theo"]
     for digit in range(2):
         for s in speakers:
             write_wav(rec / f"{digit}_{s}_0.wav", np.linspace(-0.5, 0.5, 3 if digit == 0 else 20))
     (rec / "README.txt").write_text("not audio")
-    X, y, who = data_mod.load_fsd(tmp_path, length=8)
+    X, y, who = data_mod.load_fsd(fsd, length=8)
     assert X.shape == (10, 8) and sorted(set(y.tolist())) == [0, 1] and set(who) == set(speakers)
     short = X[list(y).index(0)]
     np.testing.assert_allclose(short[:3], short[3:6], atol=1e-12)  # a 3-sample clip is looped
     assert short[0] == pytest.approx(-0.5, abs=1e-4)
     split = data_mod.split_fsd(np.repeat(X, 3, 0), np.repeat(y, 3), np.repeat(who, 3), seed=0)
     assert [len(split[f"y_{s}"]) for s in data_mod.SPLITS] == [18, 6, 6]
+    # prepare reads the folder named by data.fsd_dir (two more takes per speaker and digit).
+    for digit in range(2):
+        for s in speakers:
+            for take in (1, 2):
+                write_wav(rec / f"{digit}_{s}_{take}.wav", np.linspace(-0.5, 0.5, 12))
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = Config.for_scale("smoke", {"data.fsd_dir": "fsd", "data.fsd_length": 8})
+    (tmp_path / "prepared").mkdir()
+    ref = SPEC.module().prepare(cfg, tmp_path / "prepared")
+    assert not ref.meta["synthetic"] and ref.meta["length"] == 8
+    assert [ref.meta[f"n_{s}"] for s in data_mod.SPLITS] == [18, 6, 6]
 
 
 def test_config_rejects_bad_values():

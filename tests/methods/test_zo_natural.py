@@ -228,26 +228,29 @@ def _write_idx(path, array, dtype_code=0x08, gz=False):
     path.write_bytes(gzip.compress(payload) if gz else payload)
 
 
-def test_idx_reader_round_trip(tmp_path):
+def test_idx_reader_round_trip(tmp_path, monkeypatch):
+    folder = tmp_path / "data" / "mnist"  # data.idx_dir is relative to <PAPERLINE_ROOT>/data/
+    folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (30, 6, 6)).astype(np.uint8)
     labels = (np.arange(30) % 10).astype(np.uint8)
-    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", images, gz=True)
-    _write_idx(tmp_path / "train-labels-idx1-ubyte", labels)
-    _write_idx(tmp_path / "t10k-images-idx3-ubyte", images[:10])
-    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", labels[:10], gz=True)
-    assert np.array_equal(read_idx(tmp_path / "train-images-idx3-ubyte.gz"), images)
-    split = load_idx_dir(tmp_path)
+    _write_idx(folder / "train-images-idx3-ubyte.gz", images, gz=True)
+    _write_idx(folder / "train-labels-idx1-ubyte", labels)
+    _write_idx(folder / "t10k-images-idx3-ubyte", images[:10])
+    _write_idx(folder / "t10k-labels-idx1-ubyte.gz", labels[:10], gz=True)
+    assert np.array_equal(read_idx(folder / "train-images-idx3-ubyte.gz"), images)
+    split = load_idx_dir(folder)
     assert split["x_train"].shape == (30, 36) and np.array_equal(split["y_test"], labels[:10])
-    (tmp_path / "bad").write_bytes(b"\x01\x02\x03\x04")
+    (folder / "bad").write_bytes(b"\x01\x02\x03\x04")
     with pytest.raises(ValueError, match="not an IDX file"):
-        read_idx(tmp_path / "bad")
+        read_idx(folder / "bad")
     # prepare reads the same files when data.source = "idx".
     from models.zo_natural.data import load, prepare
 
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
     out = tmp_path / "prepared"
     out.mkdir()
-    cfg = Config.for_scale("smoke", {"data.source": "idx", "data.idx_dir": str(tmp_path), "data.max_train": 0,
+    cfg = Config.for_scale("smoke", {"data.source": "idx", "data.idx_dir": "mnist", "data.max_train": 0,
                                      "data.max_test": 0})
     feats = load(prepare(cfg, out))
     assert feats["x_train"].shape == (30, 12)

@@ -1,10 +1,12 @@
 """Configs: every registered config validates at every scale; bad input is rejected clearly."""
 
+import typing
+
 import pytest
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
-from models.base import MethodConfig, Scale, StrictModel
+from models.base import MethodConfig, RelPath, Scale, StrictModel
 from models.registry import METHODS
 from tasks import config as cfgmod
 from tasks.dvc_pipeline import render_dvc_yaml
@@ -118,8 +120,6 @@ def test_malformed_params_yaml(tmp_path):
 
 
 def test_relpath_rejects_escapes():
-    from models.base import RelPath
-
     class WithPath(StrictModel):
         real: RelPath = ""
 
@@ -127,3 +127,32 @@ def test_relpath_rejects_escapes():
     for bad in ("../etc/passwd", "/abs/file.npz", "esp/../../x"):
         with pytest.raises(ValidationError, match="relative path inside the project"):
             WithPath(real=bad)
+
+
+RELPATH_CHECKS = typing.get_args(RelPath)[1:]  # RelPath = Annotated[str, AfterValidator(...)]
+
+
+def _relpath_fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Dotted names of every ``RelPath`` field in ``model``, walking nested config sections."""
+    found = []
+    for name, info in model.model_fields.items():
+        if any(m in RELPATH_CHECKS for m in info.metadata):
+            found.append(prefix + name)
+        elif isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
+            found += _relpath_fields(info.annotation, f"{prefix}{name}.")
+    return found
+
+
+RELPATH_FIELDS = [(slug, key) for slug, spec in METHODS.items() for key in _relpath_fields(spec.config)]
+
+
+def test_relpath_fields_are_found():
+    # Guards the walk above: a change in how pydantic stores metadata must not empty the list below.
+    assert {("fair_icp", "data.raw_path"), ("sbg", "data.user_trajectory")} <= set(RELPATH_FIELDS)
+
+
+@pytest.mark.parametrize(("slug", "key"), RELPATH_FIELDS, ids=[f"{s}:{k}" for s, k in RELPATH_FIELDS])
+@pytest.mark.parametrize("bad", ["../x", "/etc/x"])
+def test_config_paths_cannot_escape_the_project(slug, key, bad):
+    with pytest.raises(ValidationError, match="relative path inside the project"):
+        METHODS[slug].make_config("default", {key: bad})
