@@ -25,6 +25,12 @@ def _fail(message: str, code: int = EXIT_USAGE) -> int:
 def cmd_list(args: argparse.Namespace) -> int:
     from models.registry import METHODS
 
+    if args.markdown:
+        print("| method | paper | claim checked |\n|---|---|---|")
+        for spec in METHODS.values():
+            cells = [f"`{spec.slug}`", f"{spec.title} ({spec.paper})", spec.claim]
+            print("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+        return 0
     for spec in METHODS.values():
         print(f"{spec.slug}\n  paper: {spec.title} ({spec.paper})")
         print(textwrap.fill(spec.claim, 96, initial_indent="  claim: ", subsequent_indent="         "))
@@ -191,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", help="the registered methods, their papers and claims")
+    p.add_argument("--markdown", action="store_true", help="as a markdown table (the README's)")
     p.set_defaults(func=cmd_list)
 
     p = sub.add_parser("run", help="run one method (or --all) through the Prefect flow, tracked in MLflow")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import warnings
 from typing import Any
 
 import lightning as L
@@ -93,6 +94,8 @@ def fit(
     """Train ``module`` on CPU (or what ``trainer_kwargs`` say) and return its learning curve."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    # Frozen sub-networks (pretrained encoders) are in eval mode on purpose.
+    warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
     L.seed_everything(seed, workers=True, verbose=False)
     history = HistoryLogger()
     callbacks: list[Callback] = [StopOnNonFiniteLoss()]

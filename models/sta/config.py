@@ -1,0 +1,237 @@
+"""Configuration of the sliding-tile-attention reproduction (defaults = the ``default`` scale). No torch here."""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from models.base import MethodConfig, RelPath, StrictModel
+
+Triple = tuple[int, int, int]
+
+
+def _check_canvas(size: Triple, tile: Triple, what: str) -> None:
+    if min(size + tile) < 1 or any(n % t for n, t in zip(size, tile)):
+        raise ValueError(f"{what}: canvas {size} must be a positive multiple of the tile {tile}")
+
+
+def _check_window(window: Triple, size: Triple, tile: Triple, what: str) -> None:
+    tiles = [n // t for n, t in zip(size, tile)]
+    if any(k < 1 or k % 2 == 0 or k > n for k, n in zip(window, tiles)):
+        raise ValueError(f"{what}: window {window} must be odd and at most the tiles per axis {tuple(tiles)}")
+
+
+class DataConfig(StrictModel):
+    """The synthetic moving-shapes video set (the DVC prepare stage depends on this section only)."""
+
+    n_train: int = Field(512, ge=8)
+    n_test: int = Field(48, ge=4)
+    frames: int = Field(8, ge=1)
+    size: int = Field(32, ge=8)  # pixels per side
+    channels: int = Field(3, ge=1, le=3)
+    max_shapes: int = Field(2, ge=1, le=4)  # 1..max_shapes discs or squares per video
+    min_radius: float = Field(3.0, gt=0)
+    max_radius: float = Field(6.0, gt=0)
+    min_speed: float = Field(0.5, ge=0)  # pixels per frame; shapes bounce off the borders
+    max_speed: float = Field(2.0, ge=0)
+    # A user-supplied video set instead (npz with uint8 "train" and "test" arrays of shape
+    # (n, channels, frames, size, size)), relative to the project's data/ folder; "" = synthetic.
+    videos_npz: RelPath = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "DataConfig":
+        if self.max_radius < self.min_radius or self.max_speed < self.min_speed:
+            raise ValueError("need min_radius <= max_radius and min_speed <= max_speed")
+        if 2 * self.max_radius >= self.size:
+            raise ValueError("shapes must fit in the frame: 2 * max_radius < size")
+        return self
+
+
+class ModelConfig(StrictModel):
+    """The small video DiT: patchify, DiT blocks (adaLN-Zero), attention dense / STA / token SWA."""
+
+    patch: Triple = (2, 4, 4)  # (frames, pixels, pixels) per token
+    dim: int = Field(48, ge=8)
+    depth: int = Field(3, ge=1)
+    heads: int = Field(3, ge=1)
+    mlp_ratio: float = Field(4.0, gt=0)
+    tile: Triple = (1, 2, 2)  # STA tile in tokens
+    window: Triple = (3, 3, 3)  # STA window in tiles (odd, <= tiles per axis)
+    # PyTorch STA path used for training and evaluation: masked SDPA (dense cost, exact) or
+    # FlexAttention with the STA BlockMask (eager on CPU, compiled on a GPU).
+    backend: Literal["sdpa", "flex"] = "sdpa"
+    # What the network outputs: the clean video "x" (trains far faster for a 48-wide model on
+    # 96-value patches) or the velocity "v" (HunyuanVideo / Wan). Training loss: MSE on that output.
+    prediction: Literal["x", "v"] = "x"
+
+
+class TrainConfig(StrictModel):
+    dense_steps: int = Field(400, ge=1)  # pre-training with dense attention
+    finetune_steps: int = Field(80, ge=0)  # then STA (method) and dense (control) each train this much more
+    finetune_swa: bool = False  # also fine-tune the token-SWA baseline (costs finetune_steps more)
+    batch_size: int = Field(8, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    finetune_lr: float = Field(3e-4, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    val_every: int = Field(100, ge=1)  # validation loss on a fixed test subset every this many steps
+    val_videos: int = Field(16, ge=1)
+
+
+class EvalConfig(StrictModel):
+    loss_times: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)  # flow times t of the test denoising loss
+    sample_steps: int = Field(12, ge=1)  # Euler steps of the flow ODE
+    n_samples: int = Field(24, ge=2)
+    pca_dims: int = Field(8, ge=1)  # Frechet distance on this many PCA components of pooled videos
+    # Extra STA windows evaluated training-free (the "mask search" view: loss against density).
+    sweep_windows: tuple[Triple, ...] = ((1, 1, 1), (1, 3, 3), (3, 1, 1), (3, 3, 1))
+    claim_loss_gap: float = Field(0.05, ge=0)  # fine-tuned STA loss within this fraction of dense
+
+
+class KernelCase(StrictModel):
+    """One Triton-vs-reference check: canvas and tile in tokens, one window per head, optional text."""
+
+    canvas: Triple
+    tile: Triple
+    windows: tuple[Triple, ...]
+    head_dim: int = Field(16, ge=16, le=128)
+    text_length: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> "KernelCase":
+        _check_canvas(self.canvas, self.tile, "kernel case")
+        for w in self.windows:
+            _check_window(w, self.canvas, self.tile, "kernel case")
+        if self.text_length > math.prod(self.tile):
+            raise ValueError("kernel case: text_length must fit in one tile (the text is padded to one tile)")
+        if self.head_dim not in (16, 32, 64, 128):
+            raise ValueError("kernel case: head_dim must be 16, 32, 64 or 128")
+        return self
+
+
+class AccountingCase(StrictModel):
+    """A canvas whose block structure is counted for STA and for token SWA of the same reach."""
+
+    name: str
+    canvas: Triple
+    tile: Triple
+    window: Triple
+
+    @model_validator(mode="after")
+    def _check(self) -> "AccountingCase":
+        _check_canvas(self.canvas, self.tile, self.name)
+        _check_window(self.window, self.canvas, self.tile, self.name)
+        return self
+
+
+class KernelConfig(StrictModel):
+    # Interpreter cost is ~5-20 ms per (query block, key tile) step: these cases are ~400 steps.
+    cases: tuple[KernelCase, ...] = (
+        # The brief's smoke canvas; (1, 3, 3) covers the whole canvas, so it must equal dense attention.
+        KernelCase(canvas=(2, 12, 12), tile=(2, 4, 4), windows=((1, 1, 1), (1, 3, 3))),
+        # Window clamping on each axis (5 or 4 tiles on the clamped axis), two head dims.
+        KernelCase(canvas=(2, 4, 20), tile=(2, 4, 4), windows=((1, 1, 3), (1, 1, 5)), head_dim=32),
+        KernelCase(canvas=(8, 4, 4), tile=(2, 4, 4), windows=((3, 1, 1),), head_dim=64),
+        KernelCase(canvas=(2, 16, 4), tile=(2, 4, 4), windows=((1, 3, 1),)),
+        # Text tokens: 20 valid in a 32-token pad.
+        KernelCase(canvas=(2, 12, 12), tile=(2, 4, 4), windows=((1, 1, 3),), text_length=20),
+    )
+    tolerance: float = Field(1e-4, gt=0)
+    accounting: tuple[AccountingCase, ...] = (
+        AccountingCase(name="brief_8x16x16", canvas=(8, 16, 16), tile=(2, 4, 4), window=(3, 3, 3)),
+        AccountingCase(name="hunyuan_30x48x80", canvas=(30, 48, 80), tile=(6, 8, 8), window=(3, 3, 3)),
+        AccountingCase(name="wan_18x48x80", canvas=(18, 48, 80), tile=(6, 8, 8), window=(1, 5, 7)),
+    )
+
+
+class Config(MethodConfig):
+    SCALES: ClassVar[dict[str, dict]] = {
+        "smoke": {
+            "data.n_train": 16,
+            "data.n_test": 8,
+            "data.frames": 4,
+            "data.size": 16,
+            "data.min_radius": 2.0,
+            "data.max_radius": 4.0,
+            "model.patch": (1, 4, 4),
+            "model.dim": 16,
+            "model.depth": 1,
+            "model.heads": 1,
+            "model.tile": (1, 1, 1),
+            "train.dense_steps": 4,
+            "train.finetune_steps": 2,
+            "train.batch_size": 4,
+            "train.val_every": 2,
+            "train.val_videos": 4,
+            "eval.loss_times": (0.3, 0.7),
+            "eval.sample_steps": 2,
+            "eval.n_samples": 4,
+            "eval.pca_dims": 2,
+            "eval.sweep_windows": ((1, 1, 1),),
+            # Three 32-token tiles in a row; (1, 1, 3) covers the canvas, so it must equal dense attention.
+            "kernel.cases": ({"canvas": (2, 4, 12), "tile": (2, 4, 4), "windows": ((1, 1, 1), (1, 1, 3))},),
+        },
+        "paper": {
+            # A Hunyuan-like tile grid for a GPU (Hunyuan: 5 x 6 x 10 tiles, window (3, 3, 3), 9 % density):
+            # 10 frames of 128 x 128 pixels, patch (1, 4, 4) -> canvas (10, 32, 32), tile (2, 4, 4)
+            # -> 5 x 8 x 8 tiles, window (3, 3, 3) -> 8.4 % density.
+            "data.n_train": 20000,
+            "data.n_test": 512,
+            "data.frames": 10,
+            "data.size": 128,
+            "data.max_radius": 24.0,
+            "data.min_radius": 8.0,
+            "data.max_speed": 6.0,
+            "model.patch": (1, 4, 4),
+            "model.dim": 384,
+            "model.depth": 12,
+            "model.heads": 6,
+            "model.tile": (2, 4, 4),
+            "model.backend": "flex",
+            "model.prediction": "v",
+            "train.dense_steps": 20000,
+            "train.finetune_steps": 2000,
+            "train.finetune_swa": True,
+            "train.batch_size": 32,
+            "train.lr": 3e-4,
+            "train.finetune_lr": 1e-4,
+            "train.val_every": 1000,
+            "train.val_videos": 128,
+            "eval.n_samples": 256,
+            "eval.sample_steps": 50,
+            "eval.pca_dims": 32,
+            # The brief's full Triton test grid: canvas (6, 16, 16), tile (2, 4, 4), 2 heads.
+            "kernel.cases": (
+                {"canvas": (6, 16, 16), "tile": (2, 4, 4), "windows": ((1, 1, 1), (1, 3, 3))},
+                {"canvas": (6, 16, 16), "tile": (2, 4, 4), "windows": ((3, 1, 3), (3, 3, 3))},
+                {"canvas": (6, 16, 16), "tile": (2, 4, 4), "windows": ((3, 3, 3), (3, 3, 3)), "text_length": 20},
+            ),
+        },
+    }
+
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    eval: EvalConfig = EvalConfig()
+    kernel: KernelConfig = KernelConfig()
+
+    @property
+    def canvas(self) -> Triple:
+        """The DiT's token canvas (frames, rows, cols) after patchify."""
+        return (self.data.frames // self.model.patch[0], self.data.size // self.model.patch[1],
+                self.data.size // self.model.patch[2])
+
+    @model_validator(mode="after")
+    def _check(self) -> "Config":
+        p = self.model.patch
+        if self.data.frames % p[0] or self.data.size % p[1] or self.data.size % p[2]:
+            raise ValueError(f"model.patch {p} must divide (frames, size, size) = ({self.data.frames}, {self.data.size}, {self.data.size})")
+        if self.model.dim % self.model.heads:
+            raise ValueError("model.dim must be a multiple of model.heads")
+        _check_canvas(self.canvas, self.model.tile, "model")
+        _check_window(self.model.window, self.canvas, self.model.tile, "model.window")
+        for w in self.eval.sweep_windows:
+            _check_window(w, self.canvas, self.model.tile, "eval.sweep_windows")
+        return self

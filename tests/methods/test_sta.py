@@ -1,0 +1,346 @@
+"""sta: the sliding-tile mask rule, block accounting, FlexAttention, the Triton kernel (interpreter), the DiT, data, pipeline."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("PAPERLINE_PROGRESS", "0")
+os.environ.setdefault("TRITON_INTERPRET", "1")  # conftest sets it too; must precede the kernel import
+
+from models.base import ValidationError  # noqa: E402
+from models.common.runtime import set_threads  # noqa: E402
+from models.sta import SPEC  # noqa: E402
+from models.sta import data as data_mod  # noqa: E402
+from models.sta import masks as M  # noqa: E402
+from models.sta.config import Config  # noqa: E402
+from models.sta.networks import VideoDiT  # noqa: E402
+
+set_threads()
+
+
+def kernel():
+    from models.sta import pipeline
+
+    return pipeline.load_kernel()
+
+
+# ----------------------------------------------------------------------------- geometry and the mask rule
+
+
+def test_canvas_rejects_non_multiples_and_bad_windows():
+    with pytest.raises(ValueError, match="not a multiple of the tile"):
+        M.Canvas((5, 8, 8), (2, 4, 4))
+    canvas = M.Canvas((4, 8, 8), (2, 4, 4))  # 2 x 2 x 2 tiles
+    with pytest.raises(ValueError, match="odd"):
+        canvas.check_window((2, 1, 1))
+    with pytest.raises(ValueError, match="exceeds"):  # the clamp would have min > max
+        canvas.check_window((3, 1, 1))
+
+
+def test_tile_untile_are_inverse_and_make_tiles_contiguous():
+    canvas = M.Canvas((4, 8, 12), (2, 4, 4))
+    x = torch.arange(canvas.tokens, dtype=torch.float32)[None, :, None]
+    tiled = M.tile(x, canvas, dim=1)
+    assert torch.equal(M.untile(tiled, canvas, dim=1), x)
+    # Token i of the tiled sequence lies in tile i // 48, whose coordinates are row-major.
+    coords = canvas.token_coords()
+    tiles = coords // torch.tensor(canvas.tile)
+    expected = canvas.tile_coords().repeat_interleave(canvas.tile_tokens, 0)
+    assert torch.equal(tiles, expected)
+    T, H, W = canvas.size
+    raster = coords[:, 0] * H * W + coords[:, 1] * W + coords[:, 2]
+    assert torch.equal(tiled[0, :, 0].long(), raster)
+
+
+@pytest.mark.parametrize(
+    "size, tile, window",
+    [((8, 16, 16), (2, 4, 4), (3, 3, 3)), ((6, 20, 12), (2, 4, 4), (1, 5, 3)), ((10, 8, 24), (2, 4, 4), (5, 1, 3))],
+)
+def test_sta_mask_two_derivations_agree_and_every_query_tile_sees_the_window_volume(size, tile, window):
+    canvas = M.Canvas(size, tile)
+    tile_mask = M.sta_tile_mask(canvas, window)
+    assert torch.equal(M.sta_token_mask(canvas, window), M.sta_mask_from_coords(canvas, window))
+    assert (tile_mask.sum(1) == math.prod(window)).all()  # the clamped window never leaves the canvas
+    # An interior query tile's window is centred on it: |q_a - j_a| <= k_a // 2 on every axis.
+    coords = canvas.tile_coords()
+    for q in range(canvas.n_tiles):
+        d = (coords - coords[q]).abs()
+        interior = all(k // 2 <= c <= n - 1 - k // 2 for c, k, n in zip(coords[q].tolist(), window, canvas.tiles))
+        if interior:
+            assert torch.equal(tile_mask[q], (d <= torch.tensor(window) // 2).all(1))
+    assert 1 - tile_mask.double().mean().item() == pytest.approx(M.sta_sparsity_formula(canvas, window), abs=1e-12)
+
+
+def test_window_clamps_at_the_border():
+    m = M.clamped_window_1d(5, 3)
+    assert m[0].tolist() == [True, True, True, False, False]  # centre clamped to 1
+    assert m[4].tolist() == [False, False, True, True, True]  # centre clamped to 3
+    assert m[2].tolist() == [False, True, True, True, False]
+
+
+# ----------------------------------------------------------------------------- block accounting
+
+
+def test_brief_mixed_block_table():
+    """Brief's prototyped table: canvas (8,16,16), tile (2,4,4), STA (3,3,3) tiles vs token SWA (5,11,11)."""
+    canvas = M.Canvas((8, 16, 16), (2, 4, 4))
+    assert M.same_reach_token_window(canvas, (3, 3, 3)) == (5, 11, 11)
+    sta, swa = M.sta_counts(canvas, (3, 3, 3)), M.swa_counts(canvas, (5, 11, 11))
+    assert (sta.full, sta.partial, sta.total) == (1728, 0, 4096)
+    assert (swa.full, swa.partial, swa.total) == (216, 2136, 4096)
+    assert sta.density == pytest.approx(0.421875) and swa.density == pytest.approx(0.2954, abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    "size, tile, window",
+    [((8, 16, 16), (2, 4, 4), (3, 3, 3)), ((4, 8, 8), (1, 2, 2), (3, 3, 3)), ((6, 12, 20), (2, 4, 4), (1, 3, 5))],
+)
+def test_factorised_block_counts_equal_explicit_mask_counts(size, tile, window):
+    canvas = M.Canvas(size, tile)
+    s = canvas.tile_tokens
+    assert M.sta_counts(canvas, window) == M.counts_of_mask(M.sta_token_mask(canvas, window), s)
+    token_window = M.same_reach_token_window(canvas, window)
+    swa = M.swa_counts(canvas, token_window)
+    assert swa == M.counts_of_mask(M.swa_token_mask(canvas, token_window), s)
+    assert M.sta_counts(canvas, window).partial == 0 and swa.partial > 0
+
+
+def test_hunyuan_density_and_flops_match_the_brief():
+    canvas = M.Canvas((30, 48, 80), (6, 8, 8))
+    counts = M.sta_counts(canvas, (3, 3, 3))
+    assert canvas.n_tiles == 300 and counts.partial == 0
+    assert counts.density == pytest.approx(0.09) and counts.ideal_speedup == pytest.approx(1 / 0.09)
+    assert M.dense_flops(1, 24, canvas.tokens + 256, 128) / 1e12 == pytest.approx(163.8, abs=0.05)
+    assert M.sta_flops(canvas, (3, 3, 3), 1, 24, 128, text_pad=384) / 1e12 == pytest.approx(15.8, abs=0.05)
+    # Useful work is below the computed work only by the text padding.
+    assert M.sta_useful_flops(canvas, (3, 3, 3), 1, 24, 128, 256) < M.sta_flops(canvas, (3, 3, 3), 1, 24, 128, 384)
+
+
+# ----------------------------------------------------------------------------- references and FlexAttention
+
+
+def test_reference_attention_without_mask_is_sdpa():
+    q, k, v = (torch.randn(2, 3, 40, 16) for _ in range(3))
+    ref = M.reference_attention(q, k, v, None)
+    assert torch.allclose(ref, torch.nn.functional.scaled_dot_product_attention(q, k, v), atol=1e-5)
+
+
+@pytest.mark.filterwarnings("ignore:flex_attention called without torch.compile")
+def test_flex_block_mask_equals_create_block_mask_and_reference():
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    canvas, windows, text, pad = M.Canvas((2, 12, 12), (2, 4, 4)), [(1, 1, 1), (1, 1, 3)], 20, 32
+    n = canvas.tokens + pad
+    wins = M.head_windows(windows, 2, canvas)
+    built = M.sta_block_mask(canvas, windows, 2, text, pad)
+    slow = create_block_mask(M.sta_mask_mod(canvas, wins, text), None, 2, n, n, device="cpu", BLOCK_SIZE=32)
+    assert torch.equal(built.kv_num_blocks, slow.kv_num_blocks)
+    assert torch.equal(built.full_kv_num_blocks, slow.full_kv_num_blocks)
+    assert torch.equal(built.to_dense(), slow.to_dense())
+    # The only partial blocks are text-padding ones; every image block pair is full or empty.
+    assert int(built.kv_num_blocks[0, :, : canvas.n_tiles].sum()) == 2 * canvas.n_tiles
+    q, k, v = (torch.randn(1, 2, n, 16) for _ in range(3))
+    out = flex_attention(q, k, v, block_mask=built)
+    assert (out - M.sta_reference(q, k, v, canvas, windows, text)).abs().max() < 1e-5
+
+
+def test_text_rules():
+    canvas = M.Canvas((2, 4, 8), (2, 4, 4))
+    mask = M.sta_token_mask(canvas, (1, 1, 1), text_length=5, text_pad=32)
+    n_img = canvas.tokens
+    assert mask[:n_img, n_img : n_img + 5].all() and not mask[:, n_img + 5 :].any()  # valid text only
+    assert mask[n_img:, : n_img + 5].all()  # text (and its padding rows) see every valid key
+    assert not mask[:32, 32:n_img].any()  # image tile 0 does not see image tile 1 with window 1
+
+
+# ----------------------------------------------------------------------------- the Triton kernel (interpreter)
+
+
+KERNEL_CASES = [  # (canvas, tile, per-head windows, head dim, text length): tens of programs each
+    ((2, 12, 12), (2, 4, 4), [(1, 1, 1), (1, 3, 3)], 16, 0),  # (1, 3, 3) = the whole canvas
+    ((2, 4, 20), (2, 4, 4), [(1, 1, 3), (1, 1, 5)], 32, 0),  # clamping on a 5-tile axis
+    ((8, 4, 4), (2, 4, 4), [(3, 1, 1)], 64, 0),
+    ((4, 8, 4), (1, 4, 4), [(3, 1, 1), (1, 1, 1)], 16, 0),  # 16-token tiles, two heads, two windows
+    ((2, 12, 12), (2, 4, 4), [(1, 1, 3)], 16, 20),  # text
+]
+
+
+@pytest.mark.parametrize("size, tile, windows, head_dim, text", KERNEL_CASES)
+def test_kernel_matches_dense_masked_reference(size, tile, windows, head_dim, text):
+    canvas = M.Canvas(size, tile)
+    pad = canvas.tile_tokens if text else 0
+    g = torch.Generator().manual_seed(sum(size) + head_dim)
+    q, k, v = (torch.randn(1, len(windows), canvas.tokens + pad, head_dim, generator=g) for _ in range(3))
+    poisoned = torch.full_like(q, float("nan"))
+    out, visits = kernel().sta_attention(q, k, v, canvas, windows, text, out=poisoned, return_visits=True)
+    assert out.data_ptr() == poisoned.data_ptr() and torch.isfinite(out).all()  # every element written
+    ref = M.sta_reference(q, k, v, canvas, windows, text)
+    assert (out - ref).abs().max().item() < 1e-4
+    # Visited key tiles: k_t k_h k_w for image query blocks, all tiles for text blocks.
+    image_blocks = visits.shape[1] * canvas.tokens // (canvas.tokens + pad)
+    for h, w in enumerate(windows):
+        assert (visits[h, :image_blocks] == math.prod(w)).all()
+        assert (visits[h, image_blocks:] == canvas.n_tiles).all()
+        if tuple(w) == canvas.tiles and not text:  # the full-canvas window is dense attention
+            dense = M.reference_attention(q[:, h : h + 1], k[:, h : h + 1], v[:, h : h + 1], None)
+            assert (out[:, h : h + 1] - dense).abs().max().item() < 1e-4
+
+
+def test_kernel_block_sizes_smaller_than_the_tile_and_half_precision():
+    canvas = M.Canvas((2, 8, 8), (2, 4, 4))  # 4 tiles of 32 tokens, 16-row blocks: 2 chunks per tile
+    q, k, v = (torch.randn(1, 1, canvas.tokens, 16) for _ in range(3))
+    ref = M.sta_reference(q, k, v, canvas, (1, 1, 1))
+    out = kernel().sta_attention(q, k, v, canvas, (1, 1, 1), block_q=16, block_kv=16)
+    assert (out - ref).abs().max().item() < 1e-4
+    for dtype in (torch.float16, torch.bfloat16):
+        low = kernel().sta_attention(q.to(dtype), k.to(dtype), v.to(dtype), canvas, (1, 1, 1))
+        ref_low = M.sta_reference(q.to(dtype).float(), k.to(dtype).float(), v.to(dtype).float(), canvas, (1, 1, 1))
+        assert low.dtype == dtype and (low.float() - ref_low).abs().max().item() < 2e-2
+
+
+def test_kernel_rejects_unsupported_inputs():
+    k = kernel()
+    canvas = M.Canvas((2, 8, 8), (2, 4, 4))
+    x = torch.randn(1, 1, canvas.tokens, 16)
+    with pytest.raises(ValueError, match="head dim"):
+        k.sta_attention(*(torch.randn(1, 1, canvas.tokens, 24) for _ in range(3)), canvas, (1, 1, 1))
+    with pytest.raises(ValueError, match="sequence length"):
+        k.sta_attention(x[:, :, :-1], x[:, :, :-1], x[:, :, :-1], canvas, (1, 1, 1))
+    with pytest.raises(ValueError, match="power-of-two block"):
+        small = M.Canvas((2, 2, 2), (1, 2, 2))  # 4-token tiles
+        y = torch.randn(1, 1, small.tokens, 16)
+        k.sta_attention(y, y, y, small, (1, 1, 1))
+    with pytest.raises(ValueError, match="exceeds"):
+        k.sta_attention(x, x, x, canvas, (1, 3, 1))
+
+
+# ----------------------------------------------------------------------------- the video DiT
+
+
+def tiny_dit(tile=(1, 2, 2), frames=4, backend="sdpa") -> VideoDiT:
+    torch.manual_seed(0)
+    net = VideoDiT(channels=3, frames=frames, size=16, patch=(1, 4, 4), dim=32, depth=2, heads=2, mlp_ratio=2.0,
+                   tile_size=tile, window=(1, 1, 1), backend=backend)
+    for p in net.parameters():  # leave adaLN-Zero's identity start so that attention matters
+        torch.nn.init.normal_(p, std=0.05)
+    return net.eval()
+
+
+@torch.no_grad()
+def test_dit_attention_paths_agree():
+    x, t = torch.randn(2, 3, 4, 16, 16), torch.tensor([0.3, 0.8])
+    net = tiny_dit()  # canvas (4, 4, 4), tiles (4, 2, 2)
+    dense = net(x, t)
+    local = net.set_attention("sta", (1, 1, 1))(x, t)
+    flex = net.set_attention("sta", (1, 1, 1), backend="flex")(x, t)
+    assert (local - flex).abs().max() < 1e-5 and (dense - local).abs().max() > 1e-3
+    # A window covering the whole canvas is dense attention: canvas (3, 4, 4), tiles (3, 1, 1).
+    net3 = tiny_dit(tile=(1, 4, 4), frames=3)
+    x3 = torch.randn(2, 3, 3, 16, 16)
+    assert torch.allclose(net3.set_attention("sta", (3, 1, 1))(x3, t), net3.set_attention("dense")(x3, t), atol=1e-5)
+    assert (net3.set_attention("sta", (1, 1, 1))(x3, t) - net3(x3, t)).abs().max() < 1e-9
+    # With 1-token tiles STA is token-level sliding-window attention of the same window.
+    net1 = tiny_dit(tile=(1, 1, 1))
+    sta = net1.set_attention("sta", (3, 3, 3))(x, t)
+    swa = net1.set_attention("swa", token_window=(3, 3, 3))(x, t)
+    assert torch.allclose(sta, swa, atol=1e-5) and (sta - net1.set_attention("dense")(x, t)).abs().max() > 1e-4
+
+
+def test_dit_with_triton_kernel_matches_sdpa_path():
+    net = tiny_dit(tile=(1, 4, 4))  # 16-token tiles: canvas (4, 4, 4) -> tiles (4, 1, 1)
+    x, t = torch.randn(1, 3, 4, 16, 16), torch.tensor([0.5])
+    with torch.no_grad():
+        by_sdpa = net.set_attention("sta", (3, 1, 1), backend="sdpa")(x, t)
+        by_triton = net.set_attention("sta", (3, 1, 1), backend="triton")(x, t)
+    assert (by_sdpa - by_triton).abs().max() < 1e-4
+
+
+def test_dit_output_shape_and_tile_permutation_equivariance():
+    """Dense attention ignores token order, so tiling must be undone exactly at the output."""
+    net = tiny_dit()
+    x, t = torch.randn(1, 3, 4, 16, 16), torch.tensor([0.5])
+    net.pos.zero_()  # without the position code, dense attention is equivariant to token permutations
+    with torch.no_grad():
+        a, b = net(x, t), net(torch.roll(x, shifts=4, dims=-1), t)  # a one-patch circular shift
+    assert a.shape == x.shape
+    assert torch.allclose(torch.roll(a, shifts=4, dims=-1), b, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- data and metrics
+
+
+def test_moving_shapes_are_deterministic_and_bounded(tmp_path):
+    cfg = Config.for_scale("smoke")
+    a = data_mod.moving_shapes(6, cfg.data, np.random.default_rng(3))
+    b = data_mod.moving_shapes(6, cfg.data, np.random.default_rng(3))
+    assert a.shape == (6, 3, cfg.data.frames, cfg.data.size, cfg.data.size) and a.dtype == np.uint8
+    assert np.array_equal(a, b) and (a > 0).any() and (a == 0).any()
+    data_mod.save_npz(tmp_path / "v.npz", train=a)  # fixed zip timestamps: bytes depend on content only
+    import zipfile
+
+    assert {i.date_time for i in zipfile.ZipFile(tmp_path / "v.npz").infolist()} == {(1980, 1, 1, 0, 0, 0)}
+    assert np.array_equal(np.load(tmp_path / "v.npz")["train"], a)
+    bounced = data_mod._bounce(np.linspace(-20, 40, 200), np.array(2.0), np.array(10.0))
+    assert bounced.min() >= 2.0 and bounced.max() <= 10.0
+
+
+def test_user_video_loader_round_trip_and_rejection(tmp_path):
+    cfg = Config.for_scale("smoke")
+    d = cfg.data
+    train = np.zeros((3, d.channels, d.frames, d.size, d.size), np.uint8)
+    np.savez(tmp_path / "v.npz", train=train, test=train[:1])
+    got_train, got_test = data_mod.load_videos(tmp_path / "v.npz", d)
+    assert got_train.shape == train.shape and got_test.shape[0] == 1
+    np.savez(tmp_path / "bad.npz", train=train.astype(np.float32), test=train)
+    with pytest.raises(ValueError, match="uint8"):
+        data_mod.load_videos(tmp_path / "bad.npz", d)
+    with pytest.raises(ValidationError):
+        Config.for_scale("smoke", {"data.videos_npz": "../outside.npz"})
+
+
+def test_frechet_distance_closed_form():
+    from models.sta.pipeline import frechet_distance
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(20000, 2))
+    b = rng.normal(size=(20000, 2)) * 2 + np.array([1.0, 0.0])
+    assert frechet_distance(a, a) == pytest.approx(0, abs=1e-9)
+    # N(0, I) vs N((1, 0), 4I): |mu|^2 + tr(I + 4I - 2 * 2I) = 1 + 2.
+    assert frechet_distance(a, b) == pytest.approx(3.0, rel=0.05)
+
+
+def test_config_rejects_invalid_windows_and_canvases():
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", {"model.window": (2, 3, 3)})
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", {"model.window": (5, 3, 3)})  # 4 tiles on the time axis
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", {"model.tile": (3, 2, 2)})
+    assert Config.for_scale("paper").canvas == (10, 32, 32)
+
+
+# ----------------------------------------------------------------------------- pipeline (smoke)
+
+
+def test_smoke_pipeline(tmp_path):
+    from tasks import steps
+
+    cfg = SPEC.make_config("smoke")
+    steps.prepare(SPEC, cfg, tmp_path)
+    artifacts = steps.train(SPEC, cfg, tmp_path)
+    assert set(artifacts.history) == {"pretrain", "method", "baseline"}
+    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+    v = metrics.values
+    assert result.sane, result.sanity
+    assert v["kernel/max_abs_err"] < 1e-4 and v["kernel/case0/visits_ok"] == 1.0
+    assert v["sparsity/brief_8x16x16/sta_partial_blocks"] == 0 and v["sparsity/brief_8x16x16/swa_partial_blocks"] == 2136
+    assert v["sparsity/hunyuan_30x48x80/sta_density"] == pytest.approx(0.09)
+    assert all(math.isfinite(x) for x in v.values())
+    assert result.figures["sta_mixed_blocks_all_canvases"] == 0
+    model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "sta" / "model")
+    assert model.kind == "sta" and model.window == cfg.model.window
