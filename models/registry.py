@@ -6,6 +6,7 @@ Importing this module imports each method's ``SPEC`` and config only: pydantic, 
 from __future__ import annotations
 
 from models.base import MethodSpec
+from models.ars import SPEC as ars
 from models.bnn_linf import SPEC as bnn_linf
 from models.fair_icp import SPEC as fair_icp
 from models.ppd_snr import SPEC as ppd_snr
@@ -13,12 +14,13 @@ from models.kernel_sgd import SPEC as kernel_sgd
 from models.otter import SPEC as otter
 from models.pag_cert import SPEC as pag_cert
 from models.sbg import SPEC as sbg
+from models.sdcib import SPEC as sdcib
 from models.sleeping_rl import SPEC as sleeping_rl
 from models.sta import SPEC as sta
 from models.unhippo import SPEC as unhippo
 from models.zo_natural import SPEC as zo_natural
 
-METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (bnn_linf, sleeping_rl, zo_natural, pag_cert, fair_icp, kernel_sgd, ppd_snr, unhippo, sbg, sta, otter)}
+METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (bnn_linf, sleeping_rl, zo_natural, pag_cert, fair_icp, kernel_sgd, ppd_snr, unhippo, sdcib, sbg, sta, otter, ars)}
 
 
 class UnknownMethodError(KeyError):

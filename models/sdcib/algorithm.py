@@ -1,0 +1,150 @@
+"""SDCIB's loss terms, the multi-view fusion rule, and the clustering metrics.
+
+Loss (per view v, layers k in the variant's layer set):
+
+    L = sum_v { alpha * sum_k [ KL(softmax(eps_k) || softmax(h_k^v)) + beta * s * I_JSD(h_k^v ; c^v) ]
+              + (1 - alpha) * sum_{u != v} [ sum_k l_inst(h_k^v, h_k^u) + l_clu(c^v, c^u) ] }
+
+with s = -1 ("ib": maximise the MI bound, the fix) or s = +1 ("official": the bound is minimised).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
+
+# ----------------------------------------------------------------------------- loss terms
+
+
+def compression_kl(h: torch.Tensor) -> torch.Tensor:
+    """The official "I(X;H)" surrogate: KL(softmax(eps) || softmax(h)), eps ~ N(0, I) fresh, batch mean."""
+    eps = torch.randn_like(h)
+    return F.kl_div(F.log_softmax(h, dim=1), F.softmax(eps, dim=1), reduction="batchmean")
+
+
+def jsd_mi(critic: torch.nn.Module, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """JSD lower bound on I(H; C): E_joint log sigma(T) + E_marginals log(1 - sigma(T)).
+
+    Negatives pair h_i with c_{i-1} (c rolled by one in the batch). The value is <= 0.
+    """
+    positive = critic(h, c)
+    negative = critic(h, torch.roll(c, shifts=1, dims=0))
+    return F.logsigmoid(positive).mean() + F.logsigmoid(-negative).mean()
+
+
+def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
+    """SimCLR NT-Xent over 2n rows (cosine similarity / tau), minus the constant log n (official).
+
+    Row i of ``z1`` and row i of ``z2`` are positives; the other 2n - 2 rows are negatives. The
+    value is symmetric in (z1, z2).
+    """
+    n = len(z1)
+    z = F.normalize(torch.cat([z1, z2], dim=0), dim=1)
+    sim = z @ z.T / tau
+    sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=z.device), float("-inf"))
+    targets = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(z.device)
+    return F.cross_entropy(sim, targets) - math.log(n)
+
+
+def instance_contrast(h1: torch.Tensor, h2: torch.Tensor, tau: float) -> torch.Tensor:
+    """Instance-level contrast: the same sample's codes in two views are positives."""
+    return nt_xent(h1, h2, tau)
+
+
+def cluster_contrast(c1: torch.Tensor, c2: torch.Tensor, tau: float) -> torch.Tensor:
+    """Cluster-level contrast (CC-style, no entropy term): the K columns of (batch, K) assignments."""
+    return nt_xent(c1.T, c2.T, tau)
+
+
+def gaussian_sample(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    return mu + sigma * torch.randn_like(mu)
+
+
+def sdcib_loss(
+    outputs,
+    critics: dict[str, torch.nn.Module],
+    layers: tuple[int, ...],
+    *,
+    alpha: float,
+    beta: float,
+    tau_instance: float,
+    tau_cluster: float,
+    mi_sign: float,
+    sample: bool,
+) -> dict[str, torch.Tensor]:
+    """The total loss and its parts (each part summed over views/layers/view pairs, unweighted).
+
+    ``critics`` maps ``"v{v}_k{k}"`` to the critic of view v, layer k. Pairs u != v are counted
+    in both orders, as in the paper's sum; NT-Xent is symmetric, so each unordered pair counts twice.
+    """
+    zero = outputs[0].probs.new_zeros(())
+    compression, mi, instance, cluster = zero, zero, zero, zero
+    for v, out in enumerate(outputs):
+        for k in layers if alpha > 0 else ():  # alpha = 0: no IB terms (and no critics) at all
+            compression = compression + compression_kl(out.codes[k])
+            # Official: the I(H;C) term draws its own sample of h from the layer's Gaussian.
+            h = gaussian_sample(out.mus[k], out.sigmas[k]) if sample else out.mus[k]
+            mi = mi + jsd_mi(critics[f"v{v}_k{k}"], h, out.probs)
+    for v in range(len(outputs)):
+        for u in range(v + 1, len(outputs)):
+            for k in layers:
+                instance = instance + 2 * instance_contrast(outputs[v].codes[k], outputs[u].codes[k], tau_instance)
+            cluster = cluster + 2 * cluster_contrast(outputs[v].probs, outputs[u].probs, tau_cluster)
+    total = alpha * (compression + beta * mi_sign * mi) + (1 - alpha) * (instance + cluster)
+    return {"loss": total, "compression": compression, "mi": mi, "instance": instance, "cluster": cluster}
+
+
+# ----------------------------------------------------------------------------- fusion and metrics
+
+
+def contingency(a: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """counts[i, j] = #{n : a_n = i and b_n = j}."""
+    counts = np.zeros((k, k), dtype=np.int64)
+    np.add.at(counts, (a, b), 1)
+    return counts
+
+
+def fuse_views(probs: list[np.ndarray]) -> np.ndarray:
+    """Fused labels: align every view's clusters to view 0 (Hungarian on co-occurrence), sum, argmax.
+
+    The official code chains view i to the *unaligned* view i-1; aligning all to view 0 is the
+    consistent version (identical for two views).
+    """
+    k = probs[0].shape[1]
+    reference = probs[0].argmax(1)
+    total = probs[0].astype(np.float64).copy()
+    for p in probs[1:]:
+        rows, cols = linear_sum_assignment(-contingency(p.argmax(1), reference, k))
+        aligned = np.zeros_like(total)
+        aligned[:, cols] = p[:, rows]  # this view's cluster rows[i] becomes reference cluster cols[i]
+        total += aligned
+    return total.argmax(1)
+
+
+def cluster_acc(labels: np.ndarray, pred: np.ndarray) -> float:
+    """Clustering accuracy under the best one-to-one label matching (Hungarian)."""
+    k = int(max(labels.max(), pred.max())) + 1
+    counts = contingency(pred, labels, k)
+    rows, cols = linear_sum_assignment(-counts)
+    return float(counts[rows, cols].sum() / len(labels))
+
+
+def cluster_entropy(pred: np.ndarray, k: int) -> float:
+    """Entropy of the predicted cluster sizes divided by log K (1 = balanced, 0 = one cluster)."""
+    p = np.bincount(pred, minlength=k) / len(pred)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum() / math.log(k))
+
+
+def clustering_scores(labels: np.ndarray, pred: np.ndarray, k: int) -> dict[str, float]:
+    return {
+        "acc": cluster_acc(labels, pred),
+        "nmi": float(normalized_mutual_info_score(labels, pred)),
+        "ari": float(adjusted_rand_score(labels, pred)),
+        "cluster_entropy": cluster_entropy(pred, k),
+    }

@@ -1,0 +1,289 @@
+"""sdcib: loss terms against closed forms and references, fusion, clustering metrics, npz layout, pipeline."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+os.environ.setdefault("PAPERLINE_PROGRESS", "0")
+torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))  # tiny tensors: threads only add contention
+
+from models.base import ValidationError, read_dataset  # noqa: E402
+from models.sdcib import SPEC  # noqa: E402
+from models.sdcib.algorithm import (  # noqa: E402
+    cluster_acc,
+    cluster_contrast,
+    cluster_entropy,
+    clustering_scores,
+    compression_kl,
+    fuse_views,
+    jsd_mi,
+    nt_xent,
+    sdcib_loss,
+)
+from models.sdcib.config import Config, DataConfig  # noqa: E402
+from models.sdcib.data import NpzLayoutError, load_npz, make_esp_like, save_npz  # noqa: E402
+from models.sdcib.networks import SDCIB, Critic  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+# ----------------------------------------------------------------------------- clustering metrics
+
+
+def test_acc_is_one_for_any_relabelling_and_matches_brute_force():
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 200)
+    perm = np.array([2, 0, 3, 1])
+    assert cluster_acc(labels, perm[labels]) == 1.0
+    pred = rng.integers(0, 4, 200)
+    brute = max(np.mean(np.array(p)[pred] == labels) for p in itertools.permutations(range(4)))
+    assert cluster_acc(labels, pred) == pytest.approx(brute)
+
+
+def test_nmi_ari_and_cluster_entropy_ranges():
+    rng = np.random.default_rng(1)
+    labels = np.repeat(np.arange(5), 40)
+    perfect = clustering_scores(labels, (labels + 2) % 5, 5)
+    assert perfect["acc"] == perfect["nmi"] == perfect["ari"] == pytest.approx(1.0)
+    assert perfect["cluster_entropy"] == pytest.approx(1.0)
+    noisy = clustering_scores(labels, rng.integers(0, 5, 200), 5)
+    assert 0.0 <= noisy["nmi"] < 0.2 and abs(noisy["ari"]) < 0.1
+    assert cluster_entropy(np.zeros(50, dtype=int), 5) == 0.0  # a collapsed clustering
+
+
+def test_fusion_aligns_permuted_views_to_view_zero():
+    rng = np.random.default_rng(2)
+    p0 = rng.dirichlet(np.ones(4), size=300)
+    views = [p0, p0[:, [3, 1, 0, 2]], p0[:, [1, 2, 3, 0]]]  # same assignments, clusters renamed per view
+    np.testing.assert_array_equal(fuse_views(views), p0.argmax(1))
+
+
+# ----------------------------------------------------------------------------- loss terms
+
+
+def reference_nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> float:
+    """Loop-by-loop SimCLR loss over 2n anchors, minus log n."""
+    z = F.normalize(torch.cat([z1, z2]), dim=1)
+    n = len(z1)
+    total = 0.0
+    for i in range(2 * n):
+        j = (i + n) % (2 * n)
+        logits = torch.tensor([float(z[i] @ z[m]) / tau for m in range(2 * n) if m != i])
+        pos = float(z[i] @ z[j]) / tau
+        total += -(pos - float(torch.logsumexp(logits, 0)))
+    return total / (2 * n) - math.log(n)
+
+
+def test_nt_xent_matches_reference_and_is_symmetric():
+    z1, z2 = torch.randn(6, 5), torch.randn(6, 5)
+    value = float(nt_xent(z1, z2, 0.5))
+    assert value == pytest.approx(reference_nt_xent(z1, z2, 0.5), rel=1e-5)
+    assert float(nt_xent(z2, z1, 0.5)) == pytest.approx(value, rel=1e-6)
+
+
+def test_nt_xent_closed_form_for_orthogonal_aligned_views():
+    n, tau = 4, 0.2
+    z = torch.eye(n)  # positives have cosine 1, all negatives cosine 0
+    expected = -math.log(math.exp(1 / tau) / (math.exp(1 / tau) + 2 * n - 2)) - math.log(n)
+    assert float(nt_xent(z, z, tau)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_cluster_contrast_contrasts_columns():
+    c1 = torch.softmax(torch.randn(16, 3), 1)
+    c2 = torch.softmax(torch.randn(16, 3), 1)
+    assert float(cluster_contrast(c1, c2, 0.1)) == pytest.approx(float(nt_xent(c1.T, c2.T, 0.1)))
+    assert float(cluster_contrast(c1, c2, 0.1)) == pytest.approx(reference_nt_xent(c1.T, c2.T, 0.1), rel=1e-5)
+
+
+def test_compression_kl_is_kl_of_softmax_prior_sample_to_softmax_code():
+    h = torch.randn(8, 5)
+    torch.manual_seed(3)
+    value = float(compression_kl(h))
+    torch.manual_seed(3)
+    q = torch.softmax(torch.randn_like(h), 1)  # the same fresh prior sample
+    p = torch.softmax(h, 1)
+    assert value == pytest.approx(float((q * (q.log() - p.log())).sum(1).mean()), rel=1e-5)
+
+
+class DotCritic(torch.nn.Module):
+    """T(h, c) = s * (2 <h, c> - 1): +s on matching one-hots, -s otherwise."""
+
+    def __init__(self, scale: float) -> None:
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, h, c):
+        return self.scale * (2 * (h * c).sum(1) - 1)
+
+
+def test_jsd_bound_closed_forms():
+    c = F.one_hot(torch.arange(6) % 3, 3).float()  # rolled by one, every negative pair differs
+    for s in (0.0, 1.0, 5.0):
+        expected = 2 * math.log(1 / (1 + math.exp(-s)))  # log sigma(s) + log(1 - sigma(-s))
+        assert float(jsd_mi(DotCritic(s), c, c)) == pytest.approx(expected, rel=1e-6)
+    assert float(jsd_mi(DotCritic(30.0), c, c)) > -1e-6  # the bound's supremum is 0
+
+
+def critic_run(sign: float, steps: int = 60) -> float:
+    """Train a critic on I_JSD(h; c) with ``sign * I`` as its loss; return the final I."""
+    torch.manual_seed(0)
+    h = torch.randn(64, 8)
+    c = torch.softmax(3 * h[:, :3], 1)  # c depends on h: I(h; c) > 0
+    critic = Critic(8, 3)
+    opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
+    for _ in range(steps):
+        mi = jsd_mi(critic, h, c)
+        opt.zero_grad()
+        (sign * mi).backward()
+        opt.step()
+    return float(jsd_mi(critic, h, c).detach())
+
+
+def test_official_sign_runs_away_while_ib_sign_stays_bounded():
+    minimised = critic_run(+1.0)  # the official code: the critic minimises the bound
+    maximised = critic_run(-1.0)  # the fix: the critic maximises it
+    assert minimised < -4.0, "minimising the JSD bound should run far below its chance value -2 log 2"
+    assert -2 * math.log(2) < maximised <= 0.0
+
+
+def small_outputs(widths=(6, 6, 4), k=3, views=2, batch=10):
+    net = SDCIB((5, 7, 4)[:views], widths, k, (True,) * views)
+    xs = [torch.rand(batch, d) for d in net.view_dims]
+    critics = {f"v{v}_k{l}": Critic(w, k) for v in range(views) for l, w in enumerate(widths)}
+    return net, xs, critics
+
+
+@torch.no_grad()
+def test_sdcib_loss_composition_and_mi_sign():
+    net, xs, critics = small_outputs()
+    out = net(xs, sample=False)
+    kw = dict(alpha=0.3, beta=2.0, tau_instance=0.1, tau_cluster=0.1, sample=False)
+    torch.manual_seed(1)  # the compression term draws a fresh prior sample: same draw for both signs
+    ib = sdcib_loss(out, critics, (0, 1, 2), mi_sign=-1.0, **kw)
+    torch.manual_seed(1)
+    official = sdcib_loss(out, critics, (0, 1, 2), mi_sign=+1.0, **kw)
+    gap = float(official["loss"] - ib["loss"])
+    assert gap == pytest.approx(2 * 0.3 * 2.0 * float(ib["mi"]), rel=1e-4)
+    assert float(ib["mi"]) <= 0  # sum of JSD bounds: the ib loss term -beta*I is >= 0
+    # Two views: each unordered pair counts twice (u != v in both orders).
+    expected_inst = sum(2 * float(nt_xent(out[0].codes[l], out[1].codes[l], 0.1)) for l in range(3))
+    assert float(ib["instance"]) == pytest.approx(expected_inst, rel=1e-5)
+    last = sdcib_loss(out, critics, (2,), mi_sign=-1.0, **kw)
+    assert float(last["instance"]) == pytest.approx(2 * float(nt_xent(out[0].codes[2], out[1].codes[2], 0.1)), rel=1e-5)
+    no_ib = sdcib_loss(out, {}, (0, 1, 2), mi_sign=-1.0, **{**kw, "alpha": 0.0})
+    assert float(no_ib["loss"]) == pytest.approx(float(no_ib["instance"] + no_ib["cluster"]), rel=1e-6)
+
+
+def test_encoder_heads_shapes_sigma_positive_mu_nonnegative_and_eval_is_deterministic():
+    net, xs, _ = small_outputs(views=3)
+    out = net(xs, sample=True)
+    assert len(out) == 3 and [m.shape[1] for m in out[0].mus] == [6, 6, 4]
+    assert all((s > 0).all() for o in out for s in o.sigmas)
+    assert all((m >= 0).all() for o in out for m in o.mus)  # ReLU before the split (official)
+    assert torch.allclose(out[1].probs.sum(1), torch.ones(10))
+    net.eval()
+    a, b = net(xs, sample=False), net(xs, sample=False)
+    assert torch.equal(a[0].probs, b[0].probs) and torch.equal(a[0].codes[1], a[0].mus[1])
+    labels = net.predict(xs)
+    assert labels.shape == (10,) and int(labels.min()) >= 0 and int(labels.max()) < 3
+
+
+# ----------------------------------------------------------------------------- data and config
+
+
+def test_npz_official_layout_round_trip_and_label_remap(tmp_path):
+    rng = np.random.default_rng(0)
+    views = [rng.poisson(3.0, (12, 5)).astype(np.float64), rng.random((12, 3))]
+    labels = np.array([1, 2, 3] * 4)  # 1-based, as in some official files
+    path = save_npz(tmp_path / "tiny.npz", views, labels)
+    with np.load(path) as archive:
+        assert set(archive.files) == {"n_views", "labels", "view_0", "view_1"} and int(archive["n_views"]) == 2
+    loaded, codes = load_npz(path)
+    assert [x.dtype for x in loaded] == [np.float32, np.float32]
+    np.testing.assert_allclose(loaded[0], views[0])
+    np.testing.assert_array_equal(codes, labels - 1)
+
+
+def test_npz_layout_errors(tmp_path):
+    np.savez(tmp_path / "a.npz", labels=np.zeros(3), view_0=np.zeros((3, 2)))
+    with pytest.raises(NpzLayoutError, match="n_views"):
+        load_npz(tmp_path / "a.npz")
+    np.savez(tmp_path / "b.npz", n_views=2, labels=np.zeros(3), view_0=np.zeros((3, 2)))
+    with pytest.raises(NpzLayoutError, match="view_1"):
+        load_npz(tmp_path / "b.npz")
+    np.savez(tmp_path / "c.npz", n_views=1, labels=np.zeros(3), view_0=np.zeros((4, 2)))
+    with pytest.raises(NpzLayoutError, match="shape"):
+        load_npz(tmp_path / "c.npz")
+
+
+@pytest.mark.parametrize("bad", ["/abs/esp.npz", "../esp.npz", "real/../../x.npz", "real/esp.mat"])
+def test_real_npz_path_must_stay_inside_data(bad):
+    with pytest.raises(ValidationError, match="real_npz"):
+        Config.for_scale("smoke", {"data.real_npz": bad})
+
+
+def test_config_bounds():
+    with pytest.raises(ValidationError):
+        Config.for_scale("smoke", {"alpha": 1.5})
+    with pytest.raises(ValidationError):
+        Config.for_scale("smoke", {"variants": ("sdcib",)})
+
+
+def test_generator_is_deterministic_esp_shaped():
+    cfg = DataConfig(n_samples=300, n_clusters=5, image_dim=20, tag_vocab=30)
+    (image, tags), labels = make_esp_like(cfg, 7)
+    (image2, tags2), labels2 = make_esp_like(cfg, 7)
+    assert np.array_equal(image, image2) and np.array_equal(tags, tags2) and np.array_equal(labels, labels2)
+    assert image.shape == (300, 20) and tags.shape == (300, 30) and (image >= 0).all()
+    assert np.array_equal(tags, np.round(tags)) and (tags >= 0).all()  # tag counts
+    assert sorted(np.unique(labels)) == list(range(5)) and np.bincount(labels).min() >= 300 / 5 * 0.6
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+
+def test_prepare_reads_user_supplied_real_npz(tmp_path):
+    from tasks import steps
+
+    rng = np.random.default_rng(1)
+    (tmp_path / "data" / "real").mkdir(parents=True)
+    save_npz(tmp_path / "data" / "real" / "esp.npz", [rng.random((40, 6)), rng.random((40, 9))], np.arange(40) % 4)
+    cfg = SPEC.make_config("smoke", {"data.real_npz": "real/esp.npz", "batch_size": 8})
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    assert ref.meta["synthetic"] is False and ref.meta["view_dims"] == [6, 9] and ref.meta["n_clusters"] == 4
+    views, labels = load_npz(ref.file("esp.npz"))
+    assert len(labels) == 40 and views[1].shape == (40, 9)
+
+
+def test_smoke_pipeline_outputs(tmp_path):
+    from tasks import steps
+
+    cfg = SPEC.make_config("smoke")
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    assert read_dataset(ref.path).meta["synthetic"] is True
+    artifacts = steps.train(SPEC, cfg, tmp_path)
+    assert {"method", "baseline", "baseline_kmeans"} <= set(artifacts.history)
+    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+    v = metrics.values
+    for prefix in ("method", "baseline", "baseline_kmeans"):
+        assert 0.0 < v[f"{prefix}/acc"] <= 1.0 and 0.0 <= v[f"{prefix}/nmi"] <= 1.0
+        assert v[f"{prefix}/acc"] >= 1 / cfg.data.n_clusters - 1e-9  # the best of K disjoint matchings covers >= n/K
+    assert v["check/labels_in_range"] == 1.0
+    assert all(np.isfinite(x) for x in v.values())
+    assert result.sanity["loss_bounded_abs_lt_1e4"] and result.sanity["labels_in_range"]
+    assert set(result.figures) >= {"acc_gap_vs_last_layer", "acc_gap_vs_kmeans", "max_abs_loss"}
+    assert {p.name for p in metrics.figures} >= {"scores.png", "embedding_2d.png"}
+    model = SPEC.module().load_model(cfg, artifacts.model_dir)
+    views, labels = load_npz(ref.file("esp.npz"))
+    pred = model.predict([torch.from_numpy(x) for x in views])
+    assert pred.shape == labels.shape
