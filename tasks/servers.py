@@ -69,7 +69,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float) -
 
 
 def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: int = 5000,
-       timeout: float = 120.0) -> dict[str, dict]:
+       timeout: float = 300.0) -> dict[str, dict]:
     """Start both servers (unless already up), wait for their health checks, record PIDs."""
     env.configure(root)
     env.make_state_dirs(root)

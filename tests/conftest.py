@@ -10,7 +10,7 @@ os.environ["PAPERLINE_PROGRESS"] = "0"
 os.environ.setdefault("PAPERLINE_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch reads it at import: no oversubscription on 2 cores
 os.environ.setdefault("PAPERLINE_ROOT", str(ROOT))
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
 
 from tasks import env  # noqa: E402
 

@@ -11,7 +11,7 @@ from tests.conftest import ROOT
 def prefect_harness():
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=600):
         yield
 
 
