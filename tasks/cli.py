@@ -69,6 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except (ConfigError, UnknownMethodError, ValueError) as exc:
         return _fail(str(exc))
     root = env.project_root()
+    env.make_state_dirs(root)  # Prefect's temporary server keeps its DB under PREFECT_HOME
     from tasks import servers
 
     up = servers.use_running_servers(root)
@@ -186,6 +187,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from tasks import servers
 
     root = env.project_root()
+    env.make_state_dirs(root)
     servers.use_running_servers(root)
     from flows.serve import serve
 

@@ -71,3 +71,25 @@ def test_run_with_malformed_params_stops_before_work(tmp_path):
     proc = paperline("run", SLUG, root=tmp_path)
     assert proc.returncode == 2 and "unknown method section 'nosuch'" in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_readme_lists_every_method():
+    readme = (ROOT / "README.md").read_text()
+    for slug in METHODS:
+        assert f"| `{slug}` |" in readme, f"README's methods table lacks {slug} (paste `paperline list --markdown`)"
+
+
+def test_run_from_a_fresh_checkout_creates_the_state_folders(tmp_path, monkeypatch):
+    # Regression: Prefect's temporary server could not open its DB in a missing PREFECT_HOME.
+    from tasks import cli, env
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / ".paperline" / "prefect"))
+    calls = []
+    monkeypatch.setattr("tasks.cli._validate_run", lambda args: calls.append("validated") or ["x"])
+    monkeypatch.setattr("tasks.servers.use_running_servers", lambda root: (_ for _ in ()).throw(SystemExit(0)))
+    try:
+        cli.main(["run", "x"])
+    except SystemExit:
+        pass
+    assert calls == ["validated"] and (tmp_path / ".paperline" / "prefect").is_dir()
