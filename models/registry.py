@@ -9,19 +9,42 @@ from models.base import MethodSpec
 from models.ars import SPEC as ars
 from models.bnn_linf import SPEC as bnn_linf
 from models.fair_icp import SPEC as fair_icp
-from models.ppd_snr import SPEC as ppd_snr
 from models.ibmd import SPEC as ibmd
 from models.kernel_sgd import SPEC as kernel_sgd
 from models.otter import SPEC as otter
 from models.pag_cert import SPEC as pag_cert
+from models.ppd_snr import SPEC as ppd_snr
 from models.sbg import SPEC as sbg
 from models.sdcib import SPEC as sdcib
+from models.self_ref import SPEC as self_ref
 from models.sleeping_rl import SPEC as sleeping_rl
 from models.sta import SPEC as sta
 from models.unhippo import SPEC as unhippo
+from models.win_rate import SPEC as win_rate
 from models.zo_natural import SPEC as zo_natural
 
-METHODS: dict[str, MethodSpec] = {spec.slug: spec for spec in (bnn_linf, sleeping_rl, zo_natural, pag_cert, fair_icp, kernel_sgd, ppd_snr, unhippo, sdcib, ibmd, sbg, sta, otter, ars)}
+# The order of the main job and of every listing.
+METHODS: dict[str, MethodSpec] = {
+    spec.slug: spec
+    for spec in (
+        bnn_linf,
+        sleeping_rl,
+        zo_natural,
+        pag_cert,
+        fair_icp,
+        kernel_sgd,
+        ppd_snr,
+        unhippo,
+        sdcib,
+        ibmd,
+        sbg,
+        sta,
+        otter,
+        ars,
+        win_rate,
+        self_ref,
+    )
+}
 
 
 class UnknownMethodError(KeyError):

@@ -1,0 +1,118 @@
+"""Synthetic arithmetic QA (the offline stand-in for MMLU / OpenBookQA / GSM8K / MedQA).
+
+Questions ``a+b=`` and ``a*b=`` with operand widths drawn per item (difficulty varies within a
+split); each record is ``{"prompt", "answer", "split", "group", "large_correct"}`` in JSONL.
+``large_correct`` is the simulated large model's (a calculator that is right with probability
+``large_accuracy``) verdict on the item, drawn once here so that it is versioned with the data.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from models.common.tiny_lm import Tokenizer
+
+from .config import DataConfig
+
+SYMBOLS = tuple("0123456789+*=;")  # ';' introduces the verbalised confidence digit
+CONFIDENT, UNCONFIDENT = "<CN>", "<UN>"
+SPLITS = ("A", "B", "V", "C", "U")
+
+
+def make_tokenizer() -> Tokenizer:
+    return Tokenizer.build(SYMBOLS)
+
+
+def save_npz(path: Path, **arrays: np.ndarray) -> None:
+    """``np.savez`` with fixed zip timestamps, so the same arrays give the same bytes (DVC, manifests)."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name in sorted(arrays):
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.asanyarray(arrays[name]), allow_pickle=False)
+            archive.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
+
+
+def operand(width: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Uniform integers with exactly ``width`` digits (0-9 for width 1)."""
+    low = np.where(width == 1, 0, 10 ** (width - 1))
+    return low + (rng.random(len(width)) * (10**width - low)).astype(np.int64)
+
+
+def sample_split(cfg: DataConfig, n: int, split: str, rng: np.random.Generator) -> list[dict]:
+    """``n`` questions of one split; split U widens every operand by one digit (never seen: unanswerable)."""
+    mul = rng.random(n) < cfg.mul_fraction
+    max_width = np.where(mul, cfg.max_mul_width, cfg.max_add_width)
+    wa = (rng.random(n) * max_width).astype(np.int64) + 1
+    wb = (rng.random(n) * max_width).astype(np.int64) + 1
+    if split == "U":
+        wa = wb = max_width + 1
+    a, b = operand(wa, rng), operand(wb, rng)
+    large = rng.random(n) < cfg.large_accuracy
+    out = []
+    for i in range(n):
+        op = "*" if mul[i] else "+"
+        value = int(a[i]) * int(b[i]) if mul[i] else int(a[i]) + int(b[i])
+        out.append({"prompt": f"{a[i]}{op}{b[i]}=", "answer": str(value), "split": split,
+                    "group": f"{op}{wa[i]}x{wb[i]}", "large_correct": bool(large[i])})
+    return out
+
+
+def make_questions(cfg: DataConfig, rng: np.random.Generator) -> list[dict]:
+    sizes = {"A": cfg.n_a, "B": cfg.n_b, "V": cfg.n_v, "C": cfg.n_c, "U": cfg.n_u}
+    return [rec for split in SPLITS for rec in sample_split(cfg, sizes[split], split, rng)]
+
+
+def write_jsonl(path: Path, records: list[dict]) -> None:
+    Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+
+
+def load_questions_jsonl(path: Path, tok: Tokenizer, large_accuracy: float, seed: int) -> list[dict]:
+    """QA records from JSONL: ``{"prompt" | "question", "answer", "split"}``.
+
+    GSM8K-style answers (reasoning then ``#### 42``) keep the final number. Items without a
+    ``large_correct`` verdict get one drawn with ``large_accuracy``; items without a split are
+    spread over A/B/V/C in the proportions 50/20/10/20. Texts must tokenise with ``tok``.
+    """
+    rng = np.random.default_rng(seed)
+    out = []
+    for line_no, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        prompt = rec.get("prompt", rec.get("question"))
+        answer = str(rec.get("answer", ""))
+        if prompt is None or not answer:
+            raise ValueError(f"{path}:{line_no}: a record needs 'prompt' (or 'question') and 'answer'")
+        if "####" in answer:
+            answer = answer.rsplit("####", 1)[1]
+        answer = answer.strip().replace(",", "")
+        prompt = prompt.strip()
+        if not prompt.endswith("="):
+            prompt += "="
+        for text in (prompt, answer):
+            tok.encode(text)  # raises a KeyError naming the character that does not fit the vocabulary
+        split = rec.get("split") or str(rng.choice(["A", "B", "V", "C"], p=[0.5, 0.2, 0.1, 0.2]))
+        if split not in SPLITS:
+            raise ValueError(f"{path}:{line_no}: split {split!r} not in {SPLITS}")
+        large = rec.get("large_correct")
+        out.append({"prompt": prompt, "answer": answer, "split": split, "group": str(rec.get("group", "all")),
+                    "large_correct": bool(rng.random() < large_accuracy) if large is None else bool(large)})
+    if not out:
+        raise ValueError(f"{path}: no records")
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def by_split(records: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {s: [] for s in SPLITS}
+    for rec in records:
+        out[rec["split"]].append(rec)
+    return out

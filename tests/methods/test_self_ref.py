@@ -1,0 +1,253 @@
+"""Core maths of self_ref: confidence tokens, loss masking, the confidence read-out, ECE, routing curves, data."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("PAPERLINE_PROGRESS", "0")
+
+from models.base import ValidationError  # noqa: E402
+from models.common.tiny_lm import EOS, LanguageModelling, LMConfig, TinyLM  # noqa: E402
+from models.self_ref import SPEC  # noqa: E402
+from models.self_ref import pipeline as P  # noqa: E402
+from models.self_ref.config import Config, DataConfig  # noqa: E402
+from models.self_ref.data import (  # noqa: E402
+    CONFIDENT,
+    UNCONFIDENT,
+    by_split,
+    load_questions_jsonl,
+    make_questions,
+    make_tokenizer,
+)
+
+torch.set_num_threads(1)
+
+
+def _base(seed=0) -> tuple[TinyLM, object]:
+    tok = make_tokenizer()
+    torch.manual_seed(seed)
+    model = TinyLM(LMConfig(vocab_size=len(tok), n_positions=24, n_embd=16, n_layer=1, n_head=2))
+    with torch.no_grad():
+        model.wte.weight.mul_(20)
+    return model.eval(), tok
+
+
+def _answers(correct, text=None):
+    correct = np.asarray(correct, bool)
+    text = text or [str(i) for i in range(len(correct))]
+    nan = np.full(len(correct), np.nan)
+    return P.Answers(text, correct, nan, nan, nan, nan)
+
+
+# ----------------------------------------------------------------------------- confidence tokens and masking
+
+
+def test_confidence_tokens_are_single_new_tokens_at_the_mean_embedding():
+    base, tok = _base()
+    cfg = Config()
+    model, tok2, params, masks = P.with_adapters(base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), cfg, seed=0)
+    cn, un = tok2.id(CONFIDENT), tok2.id(UNCONFIDENT)
+    assert (cn, un) == (len(tok), len(tok) + 1)
+    assert tok2.encode("12+3=51" + CONFIDENT)[-1] == cn  # one token, not "<", "C", "N", ">"
+    mean = base.wte.weight.mean(0)
+    assert torch.allclose(model.wte.weight[cn], mean) and torch.allclose(model.wte.weight[un], mean)
+    # Only the new rows may move, and the fresh LoRA leaves the old tokens' logits unchanged.
+    assert masks["wte.weight"].sum(1).nonzero().flatten().tolist() == [cn, un]
+    ids = torch.as_tensor([tok.encode("12+34=", bos=True)])
+    assert torch.allclose(model(ids)[..., : len(tok)], base(ids), atol=1e-5)
+    assert sum(p.numel() for p in params) < sum(p.numel() for p in model.parameters())
+
+
+def test_un_answers_get_zero_loss_weight_and_un_is_subsampled():
+    tok = make_tokenizer()
+    records = [{"prompt": f"{i}+1=", "answer": str(i + 1), "group": "+1x1"} for i in range(9)]
+    base = _answers([1, 1, 1, 1, 0, 0, 0, 0, 0], [str(i + 1)[::-1] if i < 4 else "7" for i in range(9)])
+    cfg = Config(un_ratio=0.5, cn_answer_loss=True)  # the paper's recipe: <CN> answers are learned too
+    recs, answers, suffixes, weights = P.selfref_data(tok, records, base, cfg, np.random.default_rng(0))
+    default = P.selfref_data(tok, records, base, Config(un_ratio=0.5), np.random.default_rng(0))
+    assert default[2] == suffixes and all(w == 0.0 for w in default[3])  # the default teaches the tokens only
+    assert sum(s == [CONFIDENT] for s in suffixes) == 4 and sum(s == [UNCONFIDENT] for s in suffixes) == 2  # 0.5 x 4
+    tok2 = tok.with_tokens((CONFIDENT, UNCONFIDENT))
+    ids, w, answer_mask = P.lm_examples(tok2, recs, answers, suffixes, weights)
+    for row, wrow, suffix in zip(ids, w, suffixes):
+        n_prompt = len(tok2.encode(recs[0]["prompt"], bos=True))
+        assert torch.all(wrow[:n_prompt] == 0)  # prompts are never targets
+        conf_pos = (row == tok2.id(suffix[0])).nonzero().item()
+        assert wrow[conf_pos] == 1
+        answer_w = wrow[n_prompt:conf_pos]
+        assert torch.all(answer_w == (1.0 if suffix == [CONFIDENT] else 0.0))
+    assert torch.equal(answer_mask.sum(1), torch.tensor([float(len(a)) for a in answers]))
+    # The masked loss of an <UN> sample is exactly -log P(<UN> | x, y_hat): the wrong answer is not learned.
+    model = TinyLM(LMConfig(vocab_size=len(tok2), n_positions=24, n_embd=16, n_layer=1, n_head=2))
+    k = next(i for i, s in enumerate(suffixes) if s == [UNCONFIDENT])
+    row, wrow = ids[k : k + 1], w[k : k + 1]
+    module = LanguageModelling(model, lr=1e-3)
+    module.log_dict = lambda *a, **kw: None
+    conf_pos = (row[0] == tok2.id(UNCONFIDENT)).nonzero().item()
+    expected = -torch.log_softmax(model(row)[0, conf_pos - 1], -1)[tok2.id(UNCONFIDENT)]
+    assert torch.allclose(module.shared_step((row, wrow), "train"), expected, atol=1e-6)
+
+
+def test_base_soft_targets_are_the_base_next_token_distributions():
+    base, tok = _base(2)
+    tok2 = tok.with_tokens((CONFIDENT, UNCONFIDENT))
+    ids = torch.as_tensor([tok2.encode("12+3=51" + CONFIDENT, bos=True)])
+    soft = P.base_soft_targets(base, ids)
+    assert soft.shape == (1, ids.shape[1], len(tok)) and torch.all(soft[:, 0] == 0)
+    for t in range(1, ids.shape[1]):
+        expected = torch.softmax(base(ids[:, :t].clamp(max=len(tok) - 1))[0, -1], -1).detach()
+        assert torch.allclose(soft[0, t], expected, atol=1e-6)
+
+
+def test_baseline_data_builders():
+    records = [{"prompt": "1+1=", "answer": "2", "group": "a"}, {"prompt": "9*9=", "answer": "81", "group": "b"},
+               {"prompt": "2+2=", "answer": "4", "group": "a"}, {"prompt": "8*9=", "answer": "72", "group": "b"}]
+    base = _answers([1, 0, 1, 1], ["2", "11", "4", "27"])
+    mix = P.selfref_data(make_tokenizer(), records, base, Config(), np.random.default_rng(0))
+    recs, answers, suffixes, weights = P.finetuned_logits_data(records, base, mix)
+    assert answers == ["2", "4", "27"] and all(s == [EOS] for s in suffixes)  # <UN> answers had no signal left
+    recs, answers, suffixes, weights = P.verbalized_data(records, base, mix)
+    digits = {r["prompt"]: s[1] for r, s in zip(recs, suffixes)}
+    assert digits == {"1+1=": "9", "2+2=": "9", "9*9=": "4", "8*9=": "4"}  # round(9 x group accuracy)
+
+
+def test_confidence_is_read_right_after_the_answer():
+    base, tok = _base(1)
+    model, tok2, _, _ = P.with_adapters(base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), Config(), seed=0)
+    model.eval()
+    with torch.no_grad():  # make the confidence tokens likely somewhere
+        model.wte.weight[tok2.id(CONFIDENT)] += torch.randn(16) * 5
+        model.wte.weight[tok2.id(UNCONFIDENT)] += torch.randn(16) * 5
+    records = [{"prompt": p, "answer": "0"} for p in ("1+2=", "34+5=", "7*8=")]
+    out = P.answer_questions(model, tok2, records, reverse=False)
+    assert np.all((out.selfref >= 0) & (out.selfref <= 1))
+    for i, rec in enumerate(records):
+        ids = torch.as_tensor([tok2.encode(rec["prompt"], bos=True) + tok2.encode(out.text[i])])
+        probs = torch.softmax(model(ids)[0, -1], -1).detach()
+        cn, un = probs[tok2.id(CONFIDENT)], probs[tok2.id(UNCONFIDENT)]
+        assert out.selfref[i] == pytest.approx(float(cn / (cn + un)), abs=1e-5)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def test_ece_of_calibrated_and_overconfident_scores():
+    rng = np.random.default_rng(0)
+    score = rng.random(200_000)
+    correct = (rng.random(200_000) < score).astype(float)
+    assert P.ece(correct, score, 10) < 0.01
+    overconfident = np.ones(1000)
+    labels = (np.arange(1000) < 600).astype(float)
+    assert P.ece(labels, overconfident, 10) == pytest.approx(0.4)
+
+
+def test_routing_curve_endpoints_oracle_order_and_random_expectation():
+    rng = np.random.default_rng(1)
+    n = 400
+    small = (rng.random(n) < 0.6).astype(float)
+    large = (rng.random(n) < 0.95).astype(float)
+    rates = np.linspace(0, 1, 21)
+    tie = rng.random(n)
+    oracle = P.routing_curve(small, large, small, rates, tie)  # route the wrong answers first
+    assert oracle[0] == pytest.approx(small.mean()) and oracle[-1] == pytest.approx(large.mean())
+    for _ in range(20):  # no score beats routing the small model's errors first
+        other = P.routing_curve(small, large, rng.random(n), rates, tie)
+        assert np.all(other <= oracle + 1e-12)
+    draws = np.stack([P.routing_curve(small, large, rng.random(n), rates, tie) for _ in range(3000)])
+    line = small.mean() + rates * (large.mean() - small.mean())
+    assert np.max(np.abs(draws.mean(0) - line)) < 3e-3
+    sd = P.random_routing_sd(small, large, rates, draws=1)
+    assert np.allclose(draws.std(0), sd, atol=3e-3)
+    assert P.trapezoid(np.ones(21), rates) == pytest.approx(1.0)
+
+
+def test_auroc_degenerate_and_perfect():
+    assert P.auroc(np.array([True, True]), np.array([0.1, 0.9])) == 0.5
+    assert P.auroc(np.array([False, True, True]), np.array([0.1, 0.5, 0.9])) == 1.0
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def test_questions_have_the_configured_widths_and_answers():
+    cfg = DataConfig(n_a=300, n_b=20, n_v=20, n_c=50, n_u=40)
+    records = make_questions(cfg, np.random.default_rng(0))
+    splits = by_split(records)
+    assert {s: len(v) for s, v in splits.items()} == {"A": 300, "B": 20, "V": 20, "C": 50, "U": 40}
+    for rec in records:
+        a, b = rec["prompt"][:-1].replace("*", "+").split("+")
+        value = int(a) * int(b) if "*" in rec["prompt"] else int(a) + int(b)
+        assert rec["answer"] == str(value)
+        width = cfg.max_mul_width if "*" in rec["prompt"] else cfg.max_add_width
+        assert (len(a) == len(b) == width + 1) if rec["split"] == "U" else (len(a) <= width and len(b) <= width)
+    assert records == make_questions(cfg, np.random.default_rng(0))  # deterministic from the seed
+    assert P.target_text({"answer": "120"}, reverse=True) == "021"
+
+
+def test_jsonl_loader_reads_gsm8k_style_answers(tmp_path):
+    tok = make_tokenizer()
+    path = tmp_path / "qa.jsonl"
+    path.write_text(
+        json.dumps({"question": "12+30", "answer": "12 plus 30 is 42\n#### 42", "split": "C"}) + "\n"
+        + json.dumps({"prompt": "7*6=", "answer": "1,042", "large_correct": False}) + "\n"
+    )
+    records = load_questions_jsonl(path, tok, 0.9, seed=0)
+    assert records[0]["prompt"] == "12+30=" and records[0]["answer"] == "42" and records[0]["split"] == "C"
+    assert records[1]["answer"] == "1042" and records[1]["large_correct"] is False and records[1]["split"] in "ABVC"
+    path.write_text(json.dumps({"question": "what is 2+2", "answer": "4"}) + "\n")
+    with pytest.raises(KeyError, match="'w'"):
+        load_questions_jsonl(path, tok, 0.9, seed=0)
+
+
+def test_prepare_reads_user_supplied_weights_and_questions(tmp_path, monkeypatch):
+    from models.common.tiny_lm import load_pretrained, save_pretrained
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    user, tok = _base(4)
+    save_pretrained(user, tmp_path / "data" / "my_lm", tok, weights="bin")  # a Hugging Face folder
+    records = [{"question": f"{i}+{i}", "answer": str(2 * i), "split": s} for i, s in enumerate("ABVCUABVCU")]
+    (tmp_path / "data" / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    cfg = Config.for_scale("smoke", {"data.base_lm": "my_lm", "data.questions_jsonl": "qa.jsonl"})
+    out = tmp_path / "prepared"
+    out.mkdir()
+    ref = P.prepare(cfg, out)
+    assert ref.meta["synthetic"] is False and ref.meta["n_C"] == 2
+    ids = torch.as_tensor([tok.encode("12+3=", bos=True)])
+    assert torch.equal(load_pretrained(out / P.SMALL_LM)(ids), user(ids))
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", {"rejection_coverage": 1.5})
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", {"data.lm.n_embd": 30, "data.lm.n_head": 4})
+    with pytest.raises(ValidationError):
+        Config.for_scale("default", {"data.base_lm": "../outside"})
+
+
+# ----------------------------------------------------------------------------- the pipeline at smoke scale
+
+
+def test_smoke_pipeline(tmp_path):
+    from tasks import steps
+
+    cfg = SPEC.make_config("smoke")
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    assert {"small_lm/config.json", "small_lm/model.safetensors", "small_lm/vocab.json", "questions.jsonl"} <= set(ref.files)
+    artifacts = steps.train(SPEC, cfg, tmp_path)
+    assert {"selfref", "finetuned_logits"} <= artifacts.history.keys()
+    metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
+    v = metrics.values
+    assert 0 <= v["method/confidence_min"] <= v["method/confidence_max"] <= 1
+    assert v["method/routing_curve_start"] == pytest.approx(v["method/answer_acc"])
+    assert v["method/routing_curve_end"] == pytest.approx(v["large/answer_acc"])
+    assert all(0 <= v[f"{s}/auroc"] <= 1 for s in ("method", "baseline", "baseline_mean", "finetuned_logits", "random"))
+    assert claim.sane, claim.sanity
+    assert {"auroc_gain", "routing_auc_selfref", "routing_auc_token_prob"} <= claim.figures.keys()
+    model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
+    assert isinstance(model, TinyLM) and model.config.vocab_size == len(make_tokenizer()) + 2
