@@ -9,6 +9,7 @@ from models.base import MethodSpec
 from models.ars import SPEC as ars
 from models.bnn_linf import SPEC as bnn_linf
 from models.fair_icp import SPEC as fair_icp
+from models.hpde_gnn import SPEC as hpde_gnn
 from models.ibmd import SPEC as ibmd
 from models.kernel_sgd import SPEC as kernel_sgd
 from models.otter import SPEC as otter
@@ -35,6 +36,7 @@ METHODS: dict[str, MethodSpec] = {
         kernel_sgd,
         ppd_snr,
         unhippo,
+        hpde_gnn,
         sdcib,
         ibmd,
         sbg,

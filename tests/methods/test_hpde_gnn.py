@@ -1,0 +1,304 @@
+"""Hyperbolic-PDE GNN: filters vs their spectral closed forms, the leapfrog vs its eigen-mode recurrence,
+equivariance, the data generators and the Planetoid loader, and the pipeline at smoke scale."""
+
+import json
+import math
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("PAPERLINE_PROGRESS", "0")
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("torch_geometric")
+
+from models.hpde_gnn import SPEC  # noqa: E402
+from models.hpde_gnn.data import (  # noqa: E402
+    csbm,
+    edge_homophily,
+    filter_regression,
+    load_npz,
+    load_planetoid,
+    normalised_laplacian,
+    random_splits,
+    save_npz,
+)
+from models.hpde_gnn.networks import (  # noqa: E402
+    BernFilter,
+    ChebIIFilter,
+    GPRFilter,
+    HyperbolicGNN,
+    NormalisedAdjacency,
+    SpectralGNN,
+    WaveSolver,
+    chebyshev_nodes,
+    graph_operators,
+    make_filter,
+    propagate,
+)
+
+
+def small_graph(n: int = 20, seed: int = 0) -> torch.Tensor:
+    """A connected random undirected graph (a ring plus random chords), as edge_index."""
+    rng = np.random.default_rng(seed)
+    ring = [(i, (i + 1) % n) for i in range(n)]
+    chords = [tuple(rng.choice(n, 2, replace=False)) for _ in range(n)]
+    pairs = np.array(sorted({tuple(sorted(p)) for p in ring + chords}))
+    return torch.from_numpy(np.concatenate([pairs.T, pairs.T[::-1]], axis=1).copy())
+
+
+def dense(edge_index: torch.Tensor, n: int) -> np.ndarray:
+    a = np.zeros((n, n))
+    a[edge_index[0].numpy(), edge_index[1].numpy()] = 1.0
+    return a
+
+
+def eig(matrix: np.ndarray):
+    values, vectors = np.linalg.eigh(matrix)
+    return torch.from_numpy(values), torch.from_numpy(vectors)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    n = 20
+    edge_index = small_graph(n)
+    return n, edge_index, graph_operators(edge_index, n, dtype=torch.float64)
+
+
+# ----------------------------------------------------------------------------- operators and filters
+
+
+def test_operators_match_their_dense_definitions(graph):
+    n, edge_index, ops = graph
+    a = dense(edge_index, n)
+    d = a.sum(1)
+    lap = np.eye(n) - a / np.sqrt(np.outer(d, d))
+    a_loops = a + np.eye(n)
+    gcn = a_loops / np.sqrt(np.outer(d + 1, d + 1))
+    np.testing.assert_allclose(ops.laplacian.to_dense().numpy(), lap, atol=1e-12)
+    np.testing.assert_allclose(ops.adjacency.to_dense().numpy(), np.eye(n) - lap, atol=1e-12)
+    np.testing.assert_allclose(ops.gcn_adjacency.to_dense().numpy(), gcn, atol=1e-12)
+    np.testing.assert_allclose(normalised_laplacian(edge_index.numpy(), n), lap, atol=1e-12)
+    assert np.linalg.eigvalsh(lap).min() > -1e-10 and np.linalg.eigvalsh(lap).max() < 2 + 1e-10
+
+
+@pytest.mark.parametrize("family", ["gpr", "bern", "chebii"])
+def test_polynomial_filter_equals_its_spectral_closed_form(graph, family):
+    """filter(x) computed by repeated sparse propagation == U g(Lambda) U^T x (eigendecomposition)."""
+    n, _, ops = graph
+    torch.manual_seed(1)
+    filt = make_filter(family, order=6).double()
+    with torch.no_grad():  # random coefficients, some negative (relu'd for BernNet/ChebNetII)
+        next(filt.parameters()).copy_(torch.randn(7, dtype=torch.float64))
+    values, vectors = eig(getattr(ops, filt.operator).to_dense().numpy())
+    x = torch.randn(n, 3, dtype=torch.float64)
+    expected = vectors @ (filt.response(values)[:, None] * (vectors.T @ x))
+    torch.testing.assert_close(filt(x, ops), expected, atol=1e-10, rtol=1e-10)
+
+
+def test_filter_responses_against_independent_formulas():
+    lam = torch.linspace(0, 2, 41, dtype=torch.float64)
+    bern = BernFilter(5).double()
+    torch.testing.assert_close(bern.response(lam), torch.ones_like(lam))  # theta = 1: sum of Bernstein basis = 1
+    with torch.no_grad():
+        bern.theta.copy_(torch.tensor([0, 0, 0, 0, 0, 1.0]))
+    torch.testing.assert_close(bern.response(lam), (lam / 2) ** 5)  # last basis polynomial: (lam / 2)^K
+    gpr = GPRFilter(4, alpha=0.1).double()
+    gamma = [0.1 * 0.9**k for k in range(4)] + [0.9**4]  # PPR initialisation
+    torch.testing.assert_close(gpr.gamma.detach(), torch.tensor(gamma, dtype=torch.float64))
+    torch.testing.assert_close(gpr.response(torch.ones(1, dtype=torch.float64)), torch.ones(1, dtype=torch.float64))
+
+
+def test_chebii_interpolates_its_values_at_chebyshev_nodes():
+    """ChebNetII's coefficients make g(1 + x_j) = relu(gamma_j) exactly at the K + 1 Chebyshev nodes."""
+    torch.manual_seed(0)
+    filt = ChebIIFilter(7).double()
+    with torch.no_grad():
+        filt.gamma.copy_(torch.rand(8, dtype=torch.float64) * 2 - 0.5)
+    at_nodes = filt.response(1 + chebyshev_nodes(7))
+    torch.testing.assert_close(at_nodes, torch.relu(filt.gamma.detach()), atol=1e-6, rtol=1e-6)
+    # and the interpolant is a polynomial of degree <= K: degree K+1 finite differences vanish on a grid
+    grid = torch.linspace(0, 2, 30, dtype=torch.float64)
+    diffs = torch.diff(filt.response(grid), n=8)
+    assert diffs.abs().max() < 1e-6
+
+
+def test_symmetric_propagation_gradient_matches_dense(graph):
+    n, _, ops = graph
+    x = torch.randn(n, 2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda v: propagate(ops.laplacian, v), (x,))
+    weight = torch.randn(n, 2, dtype=torch.float64)
+    (propagate(ops.gcn_adjacency, x) * weight).sum().backward()
+    torch.testing.assert_close(x.grad, ops.gcn_adjacency.to_dense().T @ weight)
+
+
+# ----------------------------------------------------------------------------- the wave equation
+
+
+def test_leapfrog_with_adjacency_equals_eigenmode_recurrence(graph):
+    """G = A_hat: each eigen-mode obeys x_{m+1} = (2 + dt^2 mu) x_m - x_{m-1}, x_1 = (1 + dt^2 mu / 2) x_0 + dt v_0."""
+    n, _, ops = graph
+    dt, steps = 0.7, 6
+    solver = WaveSolver(NormalisedAdjacency, time=dt * steps, dt=dt).double()
+    assert solver.steps == steps
+    torch.manual_seed(2)
+    x0, v0 = torch.randn(n, 4, dtype=torch.float64), torch.randn(n, 4, dtype=torch.float64)
+    states = solver.trajectory(x0, v0, ops)
+    mu, u = eig(ops.adjacency.to_dense().numpy())
+    a0, b0 = u.T @ x0, u.T @ v0  # modal coordinates
+    modes = [a0, (1 + dt**2 * mu[:, None] / 2) * a0 + dt * b0]
+    for _ in range(steps - 1):
+        modes.append((2 + dt**2 * mu[:, None]) * modes[-1] - modes[-2])
+    assert len(states) == len(modes) == steps + 1
+    for state, mode in zip(states, modes):
+        torch.testing.assert_close(state, u @ mode, atol=1e-10, rtol=1e-10)
+    # the top mode (mu = 1) grows by (3 + sqrt 5) / 2 per step at dt = 1: the brief's instability analysis
+    p, _ = WaveSolver(NormalisedAdjacency, time=30, dt=1.0).mode_response(torch.tensor([1.0], dtype=torch.float64))
+    p_prev, _ = WaveSolver(NormalisedAdjacency, time=29, dt=1.0).mode_response(torch.tensor([1.0], dtype=torch.float64))
+    assert float(p / p_prev) == pytest.approx((3 + math.sqrt(5)) / 2, rel=1e-9)
+
+
+@pytest.mark.parametrize("family", ["gpr", "bern", "chebii"])
+def test_polynomial_wave_network_equals_its_spectral_response(graph, family):
+    """Per-step polynomial filters: net(x) == sum_i u_i u_i^T x R(lambda_i)^T with R = W_h (P W_0 + Q W_1)."""
+    n, edge_index, ops = graph
+    torch.manual_seed(3)
+    net = HyperbolicGNN(5, 4, 3, 0.0, lambda: make_filter(family, 2), time=3.0, dt=0.5, bias=False).double().eval()
+    with torch.no_grad():  # distinct random per-step coefficients
+        for f in net.solver.filters:
+            next(f.parameters()).copy_(torch.rand(3, dtype=torch.float64))
+    x = torch.randn(n, 5, dtype=torch.float64)
+    values, vectors = eig(getattr(ops, net.solver.filters[0].operator).to_dense().numpy())
+    response = net.spectral_response(values)  # (modes, out, in)
+    expected = vectors @ torch.einsum("ioc,ic->io", response, vectors.T @ x)
+    torch.testing.assert_close(net(x, ops), expected, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(net(x, edge_index), expected, atol=1e-9, rtol=1e-9)  # PyG-style call
+
+
+@pytest.mark.parametrize("kind", ["base", "pde"])
+def test_networks_are_permutation_equivariant(graph, kind):
+    n, edge_index, _ = graph
+    torch.manual_seed(4)
+    if kind == "base":
+        net = SpectralGNN(6, 8, 3, 0.5, 0.5, BernFilter(4))
+    else:
+        net = HyperbolicGNN(6, 8, 3, 0.5, lambda: ChebIIFilter(2), time=4.0, dt=1.0)
+    net.eval()
+    x = torch.randn(n, 6)
+    perm = torch.randperm(n)
+    inverse = torch.empty_like(perm)
+    inverse[perm] = torch.arange(n)
+    out = net(x, edge_index)
+    out_perm = net(x[perm], inverse[edge_index])
+    assert out.shape == (n, 3)
+    torch.testing.assert_close(out_perm, out[perm], atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def test_csbm_has_requested_homophily_degree_and_features():
+    n, classes, features, degree = 900, 3, 16, 10.0
+    for h in (0.1, 0.5, 0.9):
+        x, edge_index, y = csbm(n, classes, features, degree, h, signal=2.0, seed=7)
+        assert edge_homophily(edge_index, y) == pytest.approx(h, abs=0.03)
+        assert edge_index.shape[1] / n == pytest.approx(degree, rel=0.05)
+        pairs = set(map(tuple, edge_index.T))
+        assert all((j, i) in pairs for i, j in pairs) and not any(i == j for i, j in pairs)  # undirected, no loops
+        class_means = np.stack([x[y == c].mean(0) for c in range(classes)])
+        np.testing.assert_allclose(class_means[:, :classes], 2.0 * np.eye(classes), atol=0.25)
+    again = csbm(n, classes, features, degree, 0.5, signal=2.0, seed=7)
+    first = csbm(n, classes, features, degree, 0.5, signal=2.0, seed=7)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+
+
+def test_splits_partition_nodes_and_npz_bytes_are_reproducible(tmp_path):
+    masks = random_splits(50, 3, 0.6, 0.2, seed=0)
+    total = masks["train_mask"].astype(int) + masks["val_mask"] + masks["test_mask"]
+    assert (total == 1).all() and masks["train_mask"].sum(1).tolist() == [30, 30, 30]
+    assert not np.array_equal(masks["train_mask"][0], masks["train_mask"][1])
+    save_npz(tmp_path / "a.npz", **masks)
+    os.utime(tmp_path / "a.npz", (0, 0))
+    save_npz(tmp_path / "b.npz", **masks)
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    assert np.array_equal(load_npz(tmp_path / "b.npz")["val_mask"], masks["val_mask"])
+
+
+def test_filter_regression_targets_are_exact_spectral_filters():
+    task = filter_regression(8, 3, ("low", "comb"), seed=0)
+    lap = normalised_laplacian(task["edge_index"], 64)
+    values, vectors = np.linalg.eigh(lap)
+    x = task["signals"].astype(np.float64)
+    low = vectors @ np.diag(np.exp(-10 * values**2)) @ vectors.T @ x
+    np.testing.assert_allclose(task["targets"][0], low, atol=1e-5)
+    # a low-pass output is smoother: smaller Dirichlet energy x^T L x than its input
+    assert np.trace(low.T @ lap @ low) < np.trace(x.T @ lap @ x)
+    # the eigenbasis copies the regression trains on: diagonal filters there, norms kept (Parseval)
+    np.testing.assert_allclose(task["laplacian_eigenvalues"], np.clip(values, 0, 2), atol=1e-5)
+    comb = np.abs(np.sin(np.pi * task["laplacian_eigenvalues"]))[:, None] * task["laplacian_signals_hat"]
+    np.testing.assert_allclose(task["laplacian_targets_hat"][1], comb, atol=1e-5)
+    for op in ("laplacian", "gcn_adjacency"):
+        np.testing.assert_allclose(np.linalg.norm(task[f"{op}_signals_hat"], axis=0), np.linalg.norm(x, axis=0), rtol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(task[f"{op}_targets_hat"], axis=1), np.linalg.norm(task["targets"], axis=1), rtol=1e-4)
+
+
+def test_planetoid_loader_reads_official_raw_files(tmp_path):
+    """A 6-node Planetoid in PyG's raw format (ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index})."""
+    sp = pytest.importorskip("scipy.sparse")
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    feats = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
+    labels = np.eye(2)[[0, 1, 0, 1, 1, 0]]
+    parts = {
+        "x": sp.csr_matrix(feats[:2]), "allx": sp.csr_matrix(feats[:4]), "tx": sp.csr_matrix(feats[[5, 4]]),
+        "y": labels[:2], "ally": labels[:4], "ty": labels[[5, 4]], "graph": {0: [1, 2], 1: [0], 2: [0, 3], 3: [2], 4: [5], 5: [4]},
+    }  # fmt: skip
+    for name, obj in parts.items():
+        with open(raw / f"ind.tiny.{name}", "wb") as fh:
+            pickle.dump(obj, fh)
+    (raw / "ind.tiny.test.index").write_text("5\n4\n")  # row i of tx/ty is node test.index[i]
+    x, edge_index, y = load_planetoid(tmp_path, "tiny")
+    np.testing.assert_array_equal(x, feats)
+    np.testing.assert_array_equal(y, [0, 1, 0, 1, 1, 0])
+    assert sorted(map(tuple, edge_index.T.tolist())) == [(0, 1), (0, 2), (1, 0), (2, 0), (2, 3), (3, 2), (4, 5), (5, 4)]
+
+
+# ----------------------------------------------------------------------------- pipeline
+
+
+def test_smoke_pipeline_runs_and_reports(tmp_path):
+    from tasks import steps
+
+    cfg = SPEC.make_config("smoke")
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    levels = json.loads((ref.path / "levels.json").read_text())
+    assert [lv["name"] for lv in levels] == ["h10", "h90"]
+    assert levels[0]["edge_homophily"] < 0.3 < 0.7 < levels[1]["edge_homophily"]
+
+    artifacts = steps.train(SPEC, cfg, tmp_path)
+    assert set(artifacts.history) == {"baseline_mlp", "baseline_gpr", "method_gpr", "baseline_wave", "regression_baseline", "regression_method"}
+    assert len([r for r in artifacts.history["method_gpr"] if "val/acc" in r]) == cfg.epochs
+
+    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+    v = metrics.values
+    for role in ("baseline", "method"):
+        for level in ("h10", "h90"):
+            assert 0.0 <= v[f"{role}/gpr/acc_{level}"] <= 1.0
+        assert set(f"{role}/gpr/r2_{t}" for t in cfg.data.targets) <= set(v)
+    assert v["method/acc_mean"] == pytest.approx((v["method/gpr/acc_h10"] + v["method/gpr/acc_h90"]) / 2)
+    assert 0 < v["method/max_step_norm"] < cfg.blowup_norm  # the wave states were monitored
+    assert v["baseline/mlp/max_step_norm"] == 0.0
+    assert {"no_blowup", "finite_metrics"} <= set(result.sanity) and result.sane
+    assert result.figures["filters_required"] == 1.0 and isinstance(result.holds, bool)
+    assert {p.name for p in metrics.figures} == {"accuracy_vs_homophily.png", "learning_curves.png", "wave_step_norms.png", "filter_regression.png"}
+
+    net = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
+    assert isinstance(net, HyperbolicGNN) and not net.training
+    arrays = load_npz(ref.path / "h10.npz")
+    with torch.no_grad():
+        logits = net(torch.from_numpy(arrays["x"]), torch.from_numpy(arrays["edge_index"]))
+    test = arrays["test_mask"][0]
+    accuracy = float((logits.argmax(1).numpy()[test] == arrays["y"][test]).mean())
+    assert accuracy == pytest.approx(v["method/gpr/acc_h10"])  # the registered model is the h=0.1, split-0 PDE-GPR
