@@ -59,5 +59,5 @@ def test_dvc_repro_runs_then_is_a_no_op(tmp_path):
     assert "Running stage" not in second.stdout
     assert metrics.stat().st_mtime_ns == stamp
 
-    status = _dvc(tmp_path, "status")
+    status = _dvc(tmp_path, "status", f"evaluate@{SLUG}")
     assert "up to date" in status.stdout.lower(), status.stdout

@@ -12,8 +12,10 @@ pytestmark = [pytest.mark.integration]
 
 @pytest.fixture
 def toy(monkeypatch, project):
-    monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
+    # Import first: the flows' method Literal is built at import and must not include the toy.
     from flows.pipelines import method_pipeline
+
+    monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
 
     # The flow's `method` parameter is a Literal of the registered names; the toy is not one.
     run = method_pipeline.with_options(validate_parameters=False)
