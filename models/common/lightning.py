@@ -94,6 +94,8 @@ def fit(
     """Train ``module`` on CPU (or what ``trainer_kwargs`` say) and return its learning curve."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
+    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # same messages, other namespace
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")  # torch 2.13 vs Lightning 2.6
     # Frozen sub-networks (pretrained encoders) are in eval mode on purpose.
     warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
     L.seed_everything(seed, workers=True, verbose=False)
