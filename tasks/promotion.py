@@ -29,7 +29,8 @@ def champion_metric(c, spec: MethodSpec) -> tuple[str | None, float | None]:
         mv = c.get_model_version_by_alias(tracking.registered_name(spec), CHAMPION)
     except MlflowException:
         return None, None
-    value = c.get_run(mv.run_id).data.metrics.get(f"eval/{spec.primary_metric}") if mv.run_id else None
+    key = tracking.metric_name(f"eval/{spec.primary_metric}")
+    value = c.get_run(mv.run_id).data.metrics.get(key) if mv.run_id else None
     return str(mv.version), value
 
 

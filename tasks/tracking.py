@@ -11,6 +11,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import subprocess
 import warnings
@@ -20,6 +21,14 @@ from typing import Any
 from models.base import ClaimResult, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts
 
 TAG = "paperline"
+
+
+_INVALID = re.compile(r"[^A-Za-z0-9_\-. /]")
+
+
+def metric_name(name: str) -> str:
+    """An MLflow-legal key: letters, digits and ``_ - . / space``; anything else becomes ``_``."""
+    return _INVALID.sub("_", name)
 
 
 def local_uri(root: Path) -> str:
@@ -109,7 +118,7 @@ def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run
     params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in cfg.flat().items()}
     from mlflow.entities import Param
 
-    c.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()])
+    c.log_batch(run.info.run_id, params=[Param(metric_name(k), v[:6000]) for k, v in params.items()])
     return run.info.run_id
 
 
@@ -129,7 +138,7 @@ def _metric_batches(records: list[dict[str, float]], prefix: str, timestamp: int
             if key == "step" or value is None or not math.isfinite(float(value)):
                 continue
             name = key if "/" in key else f"{prefix}/{key}"
-            batch.append(Metric(name, float(value), timestamp, step))
+            batch.append(Metric(metric_name(name), float(value), timestamp, step))
             if len(batch) == 900:
                 yield batch
                 batch = []
@@ -169,9 +178,10 @@ def log_results(
         c.set_terminated(child.info.run_id, status="FINISHED")
     from mlflow.entities import Metric
 
-    values = [Metric(f"train/{k}", float(v), now, 0) for k, v in artifacts.summary.items() if math.isfinite(float(v))]
-    values += [Metric(f"eval/{k}", float(v), now, 0) for k, v in metrics.values.items() if math.isfinite(float(v))]
-    values += [Metric(f"claim/{k}", float(v), now, 0) for k, v in claim.figures.items() if math.isfinite(float(v))]
+    def batch(prefix: str, items: dict[str, float]) -> list[Metric]:
+        return [Metric(metric_name(f"{prefix}/{k}"), float(v), now, 0) for k, v in items.items() if math.isfinite(float(v))]
+
+    values = batch("train", artifacts.summary) + batch("eval", metrics.values) + batch("claim", claim.figures)
     values += [Metric("claim/holds", float(claim.holds), now, 0), Metric("claim/sane", float(claim.sane), now, 0)]
     for i in range(0, len(values), 900):
         c.log_batch(run_id, metrics=values[i : i + 900])

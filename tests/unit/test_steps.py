@@ -48,3 +48,11 @@ def test_same_content_same_hash(tmp_path):
     a = write_manifest(_dataset(tmp_path / "a"))
     b = write_manifest(_dataset(tmp_path / "b"))
     assert a.sha256 == b.sha256
+
+
+def test_metric_names_are_made_mlflow_legal():
+    from tasks.tracking import metric_name
+
+    assert metric_name("eval/method/recon_mse_noise0.3_s2_1e+04") == "eval/method/recon_mse_noise0.3_s2_1e_04"
+    assert metric_name("claim/acc gap (pts)") == "claim/acc gap _pts_"
+    assert metric_name("train/loss") == "train/loss"
