@@ -7,10 +7,11 @@ Every graph is written as one ``.npz`` (``x`` (n, f), ``edge_index`` (2, E) undi
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
 # BernNet's five target responses on the normalised-Laplacian spectrum lambda in [0, 2].
 TARGET_RESPONSES = {
@@ -22,13 +23,6 @@ TARGET_RESPONSES = {
 }
 
 
-def save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez`` with fixed zip timestamps, so the same arrays always give the same bytes (DVC, hashes)."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name, value in arrays.items():
-            info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
-            with archive.open(info, "w", force_zip64=True) as fh:
-                np.lib.format.write_array(fh, np.ascontiguousarray(value), allow_pickle=False)
 
 
 def load_npz(path: Path) -> dict[str, np.ndarray]:

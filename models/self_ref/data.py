@@ -8,12 +8,12 @@ split); each record is ``{"prompt", "answer", "split", "group", "large_correct"}
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
 from models.common.tiny_lm import Tokenizer
 
@@ -28,13 +28,6 @@ def make_tokenizer() -> Tokenizer:
     return Tokenizer.build(SYMBOLS)
 
 
-def save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez`` with fixed zip timestamps, so the same arrays give the same bytes (DVC, manifests)."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name in sorted(arrays):
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.asanyarray(arrays[name]), allow_pickle=False)
-            archive.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
 
 
 def operand(width: np.ndarray, rng: np.random.Generator) -> np.ndarray:

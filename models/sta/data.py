@@ -7,11 +7,11 @@ bouncing off the borders; later shapes paint over earlier ones. Stored as uint8
 
 from __future__ import annotations
 
-import io
-import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
 from models.base import DatasetRef, user_data_path, write_manifest
 
@@ -72,15 +72,6 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
     return write_manifest(data_dir, meta=meta)
 
 
-def save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """A compressed .npz with fixed zip timestamps (np.savez stamps the current time), so the bytes,
-    and the dataset hash DVC and the manifest record, depend on the content only."""
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        for name, array in arrays.items():
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
-            archive.writestr(zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue(),
-                             compress_type=zipfile.ZIP_DEFLATED)
 
 
 def load_videos(path: Path, d) -> tuple[np.ndarray, np.ndarray]:

@@ -7,27 +7,20 @@ is enumerated exactly, so win rates and objectives are computed, not estimated.
 
 from __future__ import annotations
 
-import io
 import json
 import math
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
 from models.common.tiny_lm import TinyLM, Tokenizer, generate
 
 from .config import DataConfig
 
 
-def save_npz(path: Path, **arrays: np.ndarray) -> None:
-    """``np.savez`` with fixed zip timestamps, so the same arrays give the same bytes (DVC, manifests)."""
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-        for name in sorted(arrays):
-            buffer = io.BytesIO()
-            np.lib.format.write_array(buffer, np.asanyarray(arrays[name]), allow_pickle=False)
-            archive.writestr(zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0)), buffer.getvalue())
 
 
 def make_tokenizer(cfg: DataConfig) -> Tokenizer:

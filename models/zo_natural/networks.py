@@ -10,6 +10,7 @@ so a saved chip reloads with its fabrication errors.
 
 from __future__ import annotations
 
+import abc
 import copy
 
 import numpy as np
@@ -26,7 +27,7 @@ def _crosstalk(n: int, strength: float, generator: torch.Generator) -> torch.Ten
     return (1 - strength) * torch.eye(n, dtype=DTYPE) + strength * mix
 
 
-class ChipNetwork(nn.Module):
+class ChipNetwork(nn.Module, abc.ABC):
     """Base: flat parameters, block structure, batched evaluation, defect drawing."""
 
     theta: nn.Parameter
@@ -36,8 +37,9 @@ class ChipNetwork(nn.Module):
     def n_params(self) -> int:
         return self.theta.numel()
 
+    @abc.abstractmethod
     def batched_logits(self, thetas: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """logits[P, B, C] for P parameter vectors at once."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.batched_logits(self.theta[None], x.to(self.theta.dtype))[0]
@@ -46,8 +48,9 @@ class ChipNetwork(nn.Module):
         """(B, C, N) Jacobian of the logits at one parameter vector (used on the twin only)."""
         return torch.func.jacfwd(lambda t: self.batched_logits(t[None], x)[0])(theta.detach())
 
+    @abc.abstractmethod
     def draw_defects(self, chip_cfg, generator: torch.Generator) -> "ChipNetwork":
-        raise NotImplementedError
+        """This network's chip: the same parameters with fabrication defects drawn from ``generator``."""
 
     def nominal(self) -> "ChipNetwork":
         """The ideal software twin: same parameters, every defect buffer reset to identity."""
