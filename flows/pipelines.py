@@ -1,18 +1,21 @@
 """The Prefect flows: ``method_pipeline``, ``all_methods`` and ``nightly_retrain``.
 
 Parameters are typed (a ``Literal`` of method names, the ``Scale`` enum), so the Prefect UI
-shows a form with dropdowns.
+shows a form with dropdowns. ``all_methods`` runs the methods one after another (each as a
+sub-flow) or, with ``runner="dask"``, in parallel on a Dask cluster through ``prefect-dask``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import Literal
 
 from tasks import env
 
 env.configure()
 
-from prefect import flow, get_run_logger  # noqa: E402
+from prefect import flow, get_run_logger, task  # noqa: E402
 from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from prefect.runtime import flow_run  # noqa: E402
 
@@ -20,13 +23,24 @@ from models.base import Scale  # noqa: E402
 from models.registry import get, names  # noqa: E402
 from tasks import prefect_tasks as t  # noqa: E402
 from tasks import report, tracking  # noqa: E402
-from tasks.config import build_config, parse_overrides  # noqa: E402
+from tasks.config import build_config, check_override_targets, overrides_for, parse_overrides  # noqa: E402
 
 MethodName = Literal[tuple(names())]  # type: ignore[valid-type]
 
 
 def _artifact_key(text: str) -> str:
     return "".join(ch if ch.isalnum() else "-" for ch in text.lower())
+
+
+@contextlib.contextmanager
+def _step(slug: str, name: str, started: float):
+    """One progress line per step: which method, which step, elapsed (console and Prefect UI)."""
+    logger = get_run_logger()
+    logger.info("%s: %s ...", slug, name)
+    t0 = time.perf_counter()
+    yield
+    logger.info("%s: %s done in %.1f s (%.1f s since the method started)", slug, name,
+                time.perf_counter() - t0, time.perf_counter() - started)
 
 
 @flow(name="method-pipeline", log_prints=True)
@@ -37,12 +51,17 @@ def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides:
     root = env.project_root()
     env.make_state_dirs(root)
     run_id = t.open_run(spec.slug, cfg, root, str(flow_run.id or ""))
+    started = time.perf_counter()
     try:
-        t.prepare(spec.slug, cfg, root)
-        t.version_dataset(spec.slug, cfg, root)
-        t.train(spec.slug, cfg, root)
-        t.evaluate(spec.slug, cfg, root)
-        result = t.publish(spec.slug, cfg, root, run_id)
+        with _step(spec.slug, "prepare", started):
+            t.prepare(spec.slug, cfg, root)
+            t.version_dataset(spec.slug, cfg, root)
+        with _step(spec.slug, "train", started):
+            t.train(spec.slug, cfg, root)
+        with _step(spec.slug, "evaluate", started):
+            t.evaluate(spec.slug, cfg, root)
+        with _step(spec.slug, "publish", started):
+            result = t.publish(spec.slug, cfg, root, run_id)
     except BaseException as exc:
         tracking.fail_run(root, run_id, f"{type(exc).__name__}: {exc}")
         raise
@@ -54,22 +73,74 @@ def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides:
     return result
 
 
+def _failure(slug: str, exc: BaseException | None, message: str | None = None) -> dict:
+    text = message or (f"{type(exc).__name__}: {exc}" if exc else "failed")
+    return {"method": slug, "error": text, "run_id": None}
+
+
 def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> list[dict]:
     logger = get_run_logger()
-    results = []
+    results, started = [], time.perf_counter()
     for i, slug in enumerate(methods, 1):
-        logger.info("[%d/%d] %s (%s scale)", i, len(methods), slug, scale.value)
-        state = method_pipeline(slug, scale, overrides, return_state=True)
+        logger.info("[%d/%d] %s (%s scale), %.0f s elapsed", i, len(methods), slug, scale.value,
+                    time.perf_counter() - started)
+        state = method_pipeline(slug, scale, overrides_for(slug, overrides), return_state=True)
         if state.is_completed():
             results.append(state.result())
         else:
             try:
                 state.result()
-                message = state.message or "failed"
+                results.append(_failure(slug, None, state.message))
             except BaseException as exc:  # the failure is reported in the table, the others go on
-                message = f"{type(exc).__name__}: {exc}"
-            results.append({"method": slug, "error": message, "run_id": None})
+                results.append(_failure(slug, exc))
     return results
+
+
+@task(name="method", task_run_name="method-{slug}")
+def _method_task(slug: str, scale: Scale, overrides: list[str] | None) -> dict:
+    """One method's whole pipeline as a task, so a distributed task runner can place it."""
+    return method_pipeline.fn(slug, scale, overrides)
+
+
+def _run_parallel(methods: list[str], scale: Scale, overrides: list[str] | None) -> list[dict]:
+    futures = [_method_task.submit(slug, scale, overrides) for slug in methods]
+    results = []
+    for slug, future in zip(methods, futures):
+        try:
+            results.append(future.result())
+        except BaseException as exc:
+            results.append(_failure(slug, exc))
+    return results
+
+
+Runner = Literal["sequential", "dask"]
+
+
+def dask_runner(address: str | None = None, workers: int = 2):
+    """A ``DaskTaskRunner``: a scheduler at ``address`` (a real cluster), else a LocalCluster of
+    ``workers`` single-threaded processes."""
+    from prefect_dask import DaskTaskRunner
+
+    if address:
+        return DaskTaskRunner(address=address)
+    import logging
+
+    for name in ("distributed", "distributed.http.proxy"):  # cluster start-up chatter
+        logging.getLogger(name).setLevel(logging.WARNING)
+    from prefect.settings import get_current_settings
+
+    # Worker processes report to this flow's Prefect API when there is one (else each starts a
+    # temporary server on the same database).
+    api = get_current_settings().api.url
+    # Loopback only, the dashboard included (a LocalCluster's dashboard binds every address otherwise).
+    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True,
+                                          "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
+                                          "env": {"PREFECT_API_URL": str(api)} if api else {}})
+
+
+@flow(name="all-methods-parallel", log_prints=True)
+def _all_methods_parallel(methods: list[str], scale: Scale) -> list[dict]:
+    return _run_parallel(methods, scale, None)
 
 
 def _publish_table(results: list[dict], key: str) -> None:
@@ -78,18 +149,51 @@ def _publish_table(results: list[dict], key: str) -> None:
     get_run_logger().info("claim table (artifact %r):\n%s", key, report.text_table(results))
 
 
+def _publish_report() -> None:
+    """The HTML report of the latest runs, logged to MLflow and linked from a Prefect artifact."""
+    from prefect.artifacts import create_link_artifact
+
+    from tasks import overview
+
+    logger = get_run_logger()
+    try:
+        path = overview.write_report(env.project_root())
+    except Exception as exc:  # a report problem must not fail the runs it describes
+        logger.warning("report not written: %s: %s", type(exc).__name__, exc)
+        return
+    create_link_artifact(key="report", link=path.resolve().as_uri(), link_text="paperline report (index.html)",
+                         description="claim table, figures and MLflow links of the latest runs")
+    logger.info("report: %s", path)
+
+
 @flow(name="all-methods", log_prints=True)
-def all_methods(methods: list[MethodName] | None = None, scale: Scale = Scale.default) -> list[dict]:
-    """Every (or the chosen) registered method, one after another; a failure does not stop the rest."""
-    results = _run_many(list(methods or names()), scale, None)
+def all_methods(methods: list[MethodName] | None = None, scale: Scale = Scale.default,
+                runner: Runner = "sequential", dask_address: str | None = None, dask_workers: int = 2) -> list[dict]:
+    """Every (or the chosen) registered method; a failure does not stop the rest.
+
+    ``runner="dask"`` runs methods in parallel on a Dask cluster (``dask_address``, or a local one
+    with ``dask_workers`` processes); the default runs them one after another.
+    """
+    chosen = list(methods or names())
+    if runner == "dask":
+        parallel = _all_methods_parallel.with_options(task_runner=dask_runner(dask_address, dask_workers))
+        results = parallel(chosen, scale)
+    else:
+        results = _run_many(chosen, scale, None)
     _publish_table(results, "claim-table")
+    _publish_report()
     return results
 
 
 @flow(name="nightly-retrain", log_prints=True)
 def nightly_retrain(methods: list[MethodName] | None = None, scale: Scale = Scale.default,
                     overrides: list[str] | None = None) -> list[dict]:
-    """Retrain, register a challenger per method, and move champions that earned it."""
-    results = _run_many(list(methods or names()), scale, overrides)
+    """Retrain, register a challenger per method, and move champions that earned it.
+
+    ``overrides`` apply to every method (``key=value``) or to one (``slug:key=value``).
+    """
+    chosen = list(methods or names())
+    check_override_targets(overrides, chosen)
+    results = _run_many(chosen, scale, overrides)
     _publish_table(results, "nightly-decisions")
     return results

@@ -1,4 +1,4 @@
-"""``paperline``: list, run, stage, params, serve, up, down.
+"""``paperline``: list, run, stage, params, status, report, serve, up, down.
 
 Only argparse, pydantic and the registry are imported at start-up; Prefect, MLflow and
 torch load when a command needs them, so ``paperline --help`` stays fast.
@@ -51,6 +51,10 @@ def _validate_run(args: argparse.Namespace):
     overrides = parse_overrides(args.set or [])
     if args.all and overrides:
         raise ValueError("--set applies to one method; use `paperline run METHOD --set ...`")
+    if args.runner != "sequential" and not args.all:
+        raise ValueError("--runner dask runs several methods in parallel; use it with --all")
+    if args.workers < 1:
+        raise ValueError(f"--workers {args.workers}: expected at least 1")
     root = env.project_root()
     for spec in specs:
         build_config(spec, args.scale, overrides)
@@ -81,7 +85,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     if args.all:
-        results = all_methods(methods, Scale(args.scale))
+        results = all_methods(methods, Scale(args.scale), runner=args.runner, dask_address=args.dask_address,
+                              dask_workers=args.workers)
     else:
         try:
             results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
@@ -195,6 +200,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from tasks import overview
+
+    root = env.project_root()
+    items = overview.collect(root)
+    if args.json:
+        import json
+
+        print(json.dumps([s.to_dict() for s in items], indent=1))
+        return 0
+    print(overview.status_table(items))
+    print(f"\nMLflow: {_mlflow_hint(root)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from tasks import overview
+
+    root = env.project_root()
+    path = overview.write_report(root, log_to_mlflow=not args.no_mlflow)
+    print(f"report: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paperline",
@@ -211,6 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every registered method")
     p.add_argument("--scale", default="default", help="smoke | default | paper (default: default)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable (dotted keys)")
+    p.add_argument("--runner", choices=["sequential", "dask"], default="sequential",
+                   help="with --all: one method after another, or in parallel on Dask (default: sequential)")
+    p.add_argument("--dask-address", default=None, help="scheduler of a running Dask cluster (default: a local one)")
+    p.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default: 2)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("stage", help="one step with params.yaml's config (what DVC stages call)")
@@ -221,6 +254,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("params", help="validate params.yaml (or --write it and dvc.yaml from the configs)")
     p.add_argument("--write", action="store_true")
     p.set_defaults(func=cmd_params)
+
+    p = sub.add_parser("status", help="last run per method: its claim, must-pass checks, champion and challenger")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("report", help="write outputs/report/index.html (claim table, figures, MLflow links)")
+    p.add_argument("--no-mlflow", action="store_true", help="do not log the report to MLflow")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("up", help="start the Prefect (4200) and MLflow (5000) servers on loopback")
     p.add_argument("--host", default="127.0.0.1")

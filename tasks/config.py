@@ -41,6 +41,30 @@ def parse_overrides(pairs: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+def overrides_for(slug: str, pairs: Iterable[str] | None) -> list[str]:
+    """The overrides that apply to ``slug``: plain ``key=value`` items, and ``slug:key=value`` ones
+    (so one nightly run can change a single method)."""
+    out = []
+    for pair in pairs or []:
+        target, sep, rest = pair.partition(":")
+        if sep and "=" not in target:
+            if target.strip() == slug:
+                out.append(rest)
+        else:
+            out.append(pair)
+    return out
+
+
+def check_override_targets(pairs: Iterable[str] | None, methods: Iterable[str]) -> None:
+    """``slug:key=value`` items must name one of ``methods``."""
+    chosen = list(methods)
+    for pair in pairs or []:
+        target, sep, _ = pair.partition(":")
+        if sep and "=" not in target and target.strip() not in chosen:
+            raise ConfigError(f"override {pair!r} names method {target.strip()!r}, which is not in this run "
+                              f"({', '.join(chosen)})")
+
+
 def describe_validation(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors():

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from models.common.runtime import checkpoint_dir, set_threads, show_progress  # noqa: F401 (re-exported)
+from models.common.runtime import checkpoint_dir, set_threads, show_progress, trainer_settings  # noqa: F401
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -91,7 +91,7 @@ def fit(
     variant: str = "method",
     **trainer_kwargs: Any,
 ) -> list[dict[str, float]]:
-    """Train ``module`` on CPU (or what ``trainer_kwargs`` say) and return its learning curve."""
+    """Train ``module`` on the hardware ``trainer_settings()`` names (one CPU by default); return its curve."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # same messages, other namespace
@@ -111,8 +111,7 @@ def fit(
             print(f"  resuming {variant} from {resume_from}", flush=True)
     kwargs: dict[str, Any] = dict(
         max_epochs=max_epochs,
-        accelerator="cpu",
-        devices=1,
+        **trainer_settings(),
         logger=history,
         callbacks=callbacks,
         enable_checkpointing=ckpt_dir is not None,

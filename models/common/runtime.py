@@ -23,6 +23,41 @@ def set_threads() -> None:
     torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))
 
 
+TRAINER_ENV = {
+    "accelerator": "PAPERLINE_ACCELERATOR",
+    "devices": "PAPERLINE_DEVICES",
+    "strategy": "PAPERLINE_STRATEGY",
+    "num_nodes": "PAPERLINE_NUM_NODES",
+}
+
+
+def trainer_settings() -> dict[str, object]:
+    """Lightning's hardware switches from the environment (default: one CPU device).
+
+    ``PAPERLINE_ACCELERATOR=gpu PAPERLINE_DEVICES=4 PAPERLINE_STRATEGY=ddp PAPERLINE_NUM_NODES=2``
+    scales every method's ``fit`` without touching its config (docs/scaling.md).
+    """
+    settings: dict[str, object] = {"accelerator": "cpu", "devices": 1}
+    for key, var in TRAINER_ENV.items():
+        raw = os.environ.get(var, "").strip()
+        if not raw:
+            continue
+        if key == "num_nodes":
+            if not raw.isdigit() or int(raw) < 1:
+                raise ValueError(f"{var}={raw!r}: expected a positive integer")
+            settings[key] = int(raw)
+        elif key == "devices":
+            if raw == "auto" or raw.startswith("[") or "," in raw:
+                settings[key] = raw  # Lightning parses "auto", "0,1" itself
+            elif raw.lstrip("-").isdigit():
+                settings[key] = int(raw)
+            else:
+                raise ValueError(f"{var}={raw!r}: expected an integer, 'auto' or a device list like '0,1'")
+        else:
+            settings[key] = raw
+    return settings
+
+
 _CHECKPOINTS: ContextVar[tuple[Path, list[int]] | None] = ContextVar("paperline_checkpoints", default=None)
 
 

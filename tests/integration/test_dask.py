@@ -1,0 +1,28 @@
+"""``all_methods`` on a Dask LocalCluster with two worker processes (prefect-dask)."""
+
+import pytest
+
+from models.base import Scale
+from tasks import tracking
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+METHODS = ["sleeping_rl", "kernel_sgd"]  # the two fastest at smoke scale
+
+
+def test_all_methods_on_two_dask_workers(prefect_harness, project):
+    from prefect.artifacts import Artifact
+
+    from flows.pipelines import all_methods
+
+    results = all_methods(METHODS, Scale.smoke, runner="dask", dask_workers=2)
+    assert [r["method"] for r in results] == METHODS
+    assert all("error" not in r and r["version"] == "1" for r in results), results
+    c = tracking.client(project)
+    for slug, result in zip(METHODS, results):
+        run = c.get_run(result["run_id"])
+        assert run.info.status == "FINISHED" and run.data.tags["paperline.method"] == slug
+        assert str(c.get_model_version_by_alias(f"paperline.{slug}", "champion").version) == "1"
+    table = Artifact.get("claim-table")
+    assert table is not None and all(f"| {slug} |" in table.data for slug in METHODS)
+    assert (project / "outputs" / "report" / "index.html").is_file()

@@ -1,0 +1,63 @@
+"""``paperline status`` and ``paperline report`` describe what MLflow holds, figures included."""
+
+import json
+
+import pytest
+
+from models import registry
+from models.base import Scale
+from tasks import overview, tracking
+from tests import toy_method
+
+pytestmark = [pytest.mark.integration]
+
+
+@pytest.fixture
+def toy_runs(prefect_harness, project, monkeypatch):
+    from flows.pipelines import method_pipeline
+
+    monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
+    run = method_pipeline.with_options(validate_parameters=False)
+    first = run("toy", Scale.default, ["quality=0.8"])
+    second = run("toy", Scale.default, ["quality=0.6"])  # worse: challenger only
+    return first, second
+
+
+def test_status_names_latest_run_claim_and_aliases(toy_runs, project):
+    first, second = toy_runs
+    (status,) = overview.collect(project, [toy_method.SPEC])
+    assert status.run_id == second["run_id"] and status.status == "FINISHED"
+    assert status.holds is True and status.sane is True
+    assert status.figures == {"score": pytest.approx(0.6)}
+    assert (status.champion, status.challenger) == ("1", "2")
+    assert "does not beat champion v1" in status.decision
+    table = overview.status_table([status])
+    assert table.splitlines()[2].split()[-2:] == ["v1", "v2"]
+
+
+def test_status_of_a_method_never_run(project):
+    from mlflow.exceptions import MlflowException  # noqa: F401 (MLflow must be importable)
+
+    (status,) = overview.collect(project, [toy_method.SPEC])
+    assert status.run_id is None and status.champion is None
+    assert "never" in overview.status_table([status])
+
+
+def test_report_has_claim_table_figures_and_run_links(toy_runs, project):
+    _, second = toy_runs
+    path = overview.write_report(project)
+    assert path == project / "outputs" / "report" / "index.html"
+    page = path.read_text()
+    assert "<table>" in page and ">toy<" in page and "quality &gt;= 0.5" in page
+    assert f"/runs/{second['run_id']}" in page  # a link to the MLflow run
+    figure = path.parent / "figures" / "toy" / "plots" / "loss.png"
+    assert figure.is_file() and figure.read_bytes()[:4] == b"\x89PNG"
+    assert 'src="figures/toy/plots/loss.png"' in page
+    assert json.loads((path.parent / "status.json").read_text())[-1]["champion"] == "1"
+    assert not (project / "outputs" / "report.partial").exists()
+
+    c = tracking.client(project)
+    exp = c.get_experiment_by_name(overview.REPORT_EXPERIMENT)
+    (run,) = c.search_runs([exp.experiment_id])
+    logged = {a.path for a in c.list_artifacts(run.info.run_id, "report")}
+    assert "report/index.html" in logged
