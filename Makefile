@@ -8,7 +8,7 @@ STAMP := $(VENV)/.paperline-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export PAPERLINE_ROOT := $(abspath .)
 
-.PHONY: install run test repro up down serve list clean-outputs
+.PHONY: install browser run test repro up down serve list clean-outputs
 
 # One pinned install: requirements/base.txt (direct needs, torch==2.13.0 CPU) constrained by
 # requirements/constraints.txt (the full resolved set, regenerated with `pip freeze`).
@@ -25,8 +25,15 @@ install: $(STAMP)
 run: install
 	$(BIN)/paperline run --all
 
-## The test suite (unit, methods at smoke scale, Prefect/MLflow/DVC integration).
-test: install
+## Debian's chromium for the browser test (Playwright cannot download browsers here).
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  echo "installing Debian's chromium (apt-get) for the browser test"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || echo "warning: could not install chromium; the browser test will be skipped"; }
+
+## The test suite (unit, methods at smoke scale, Prefect/MLflow/DVC integration, UIs in Chromium).
+test: install browser
 	$(BIN)/python -m pytest
 
 repro: install

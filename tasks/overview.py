@@ -200,7 +200,7 @@ def write_report(root: Path, out_dir: Path | None = None, log_to_mlflow: bool = 
         exp = c.get_experiment_by_name(REPORT_EXPERIMENT)
         exp_id = exp.experiment_id if exp else c.create_experiment(
             REPORT_EXPERIMENT, artifact_location=(root / "mlflow" / "artifacts" / "report").resolve().as_uri()
-            if c.tracking_uri.startswith("sqlite:") else None)
+            if c.tracking_uri.startswith("sqlite:") else None, tags={"mlflow.experimentKind": "custom_model_development"})
         run = c.create_run(exp_id, tags={"mlflow.runName": f"report-{dt.datetime.now():%Y%m%d-%H%M%S}"})
         c.log_artifacts(run.info.run_id, str(out_dir), "report")
         c.set_terminated(run.info.run_id, status="FINISHED")

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-COLUMNS = ("method", "claim holds", "must-pass", "key figures", "version", "champion", "decision", "MLflow run")
+# The decision comes before the long figures, so narrow views (the Prefect UI) show it unscrolled.
+COLUMNS = ("method", "claim holds", "must-pass", "version", "champion", "decision", "key figures", "MLflow run")
+TEXT_COLUMNS = ("method", "claim holds", "must-pass", "key figures", "version", "champion")
 
 
 def _figures(figures: dict[str, float], limit: int = 4) -> str:
@@ -16,21 +18,22 @@ def rows(results: Iterable[dict[str, Any]]) -> list[tuple[str, ...]]:
     out = []
     for r in results:
         if "error" in r:
-            out.append((r["method"], "-", "ERROR", r["error"][:80], "-", "-", "run failed", r.get("run_id") or "-"))
+            out.append((r["method"], "-", "ERROR", "-", "-", "run failed", r["error"][:80], r.get("run_id") or "-"))
             continue
         checks = "pass" if r["sane"] else "FAIL: " + ", ".join(r["failed_checks"])
         out.append((
-            r["method"], "yes" if r["holds"] else "NO", checks, _figures(r["figures"]),
+            r["method"], "yes" if r["holds"] else "NO", checks,
             f"v{r['version']}" if r["version"] else "-",
             f"v{r['champion_version']}" if r["champion_version"] else "-",
-            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"], r["run_id"],
+            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"], _figures(r["figures"]), r["run_id"],
         ))
     return out
 
 
 def text_table(results: Iterable[dict[str, Any]]) -> str:
     body = rows(results)
-    shown = [COLUMNS[:5] + COLUMNS[5:6]] + [row[:6] for row in body]
+    order = [COLUMNS.index(c) for c in TEXT_COLUMNS]
+    shown = [TEXT_COLUMNS] + [tuple(row[i] for i in order) for row in body]
     widths = [max(len(str(row[i])) for row in shown) for i in range(len(shown[0]))]
     lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) for row in shown]
     lines.insert(1, "  ".join("-" * w for w in widths))

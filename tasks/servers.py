@@ -101,8 +101,12 @@ def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: 
         if not port_free(host, port):
             raise RuntimeError(f"port {port} on {host} is in use; pick another with --{name}-port")
         log = logs / f"{name}.log"
+        server_env = os.environ.copy()
+        if name == "prefect":
+            # The UI's browser code calls this URL; its default is port 4200 whatever --port says.
+            server_env["PREFECT_UI_API_URL"] = f"{url}/api"
         proc = subprocess.Popen(cmd, cwd=root, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-                                start_new_session=True, env=os.environ.copy())
+                                start_new_session=True, env=server_env)
         procs[name] = (proc, url + health, log)
         started[name] = {"pid": proc.pid, "url": url, "host": host, "port": port, "log": str(log)}
         _record(root).write_text(json.dumps(started, indent=2))

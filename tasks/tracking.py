@@ -86,7 +86,9 @@ def ensure_experiment(c, spec: MethodSpec, root: Path) -> str:
         location = (root / "mlflow" / "artifacts" / spec.slug).resolve().as_uri()
     try:
         return c.create_experiment(
-            experiment_name(spec), artifact_location=location, tags={"paperline.title": spec.title}
+            experiment_name(spec), artifact_location=location,
+            # The UI then opens on the training-runs view, not MLflow 3's GenAI overview.
+            tags={"paperline.title": spec.title, "mlflow.experimentKind": "custom_model_development"},
         )
     except Exception:  # created concurrently by another flow
         return c.get_experiment_by_name(experiment_name(spec)).experiment_id
