@@ -16,6 +16,7 @@ from models.otter import SPEC as otter
 from models.pag_cert import SPEC as pag_cert
 from models.ppd_snr import SPEC as ppd_snr
 from models.sbg import SPEC as sbg
+from models.score_fusion import SPEC as score_fusion
 from models.sdcib import SPEC as sdcib
 from models.self_ref import SPEC as self_ref
 from models.sleeping_rl import SPEC as sleeping_rl
@@ -39,6 +40,7 @@ METHODS: dict[str, MethodSpec] = {
         hpde_gnn,
         sdcib,
         ibmd,
+        score_fusion,
         sbg,
         sta,
         otter,

@@ -306,7 +306,9 @@ class MultiTaskSAC:
         self.critic_opt.step(mask)
 
         new_act, logp = self.actor.sample(obs)
-        q1_pi, q2_pi = self.critic(obs, new_act)
+        self.critic.requires_grad_(False)  # the actor loss differentiates through Q's input only (saves the
+        q1_pi, q2_pi = self.critic(obs, new_act)  # critic weight-gradient matmuls; results are unchanged)
+        self.critic.requires_grad_(True)
         actor_loss = (alpha_rows.detach() * logp - torch.min(q1_pi, q2_pi)).mean(-1)
         self.actor_opt.zero_grad()
         actor_loss.sum().backward()

@@ -1,5 +1,6 @@
 """Tests of ARS's core pieces: Eq. (6) with the 0.01 floor, scales applied at sampling time on raw buffers,
-full resets (parameters, temperature, Adam state), per-task buffer isolation, and a smoke pipeline run."""
+full resets (parameters, temperature, Adam state), per-task buffer isolation, the toy's per-task reward scales,
+the claim's arm wiring (claim on arm (b), check (iv) on arm (c)), and the contract test mirrored at smoke."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
 from models.ars import SPEC  # noqa: E402
 from models.ars.algorithm import MemberAdam, MultiTaskSAC, ReplayBuffers, compute_scales  # noqa: E402
+from models.ars.envs import PointMassTasks  # noqa: E402
 
 
 def test_eq6_on_known_reward_histories():
@@ -31,6 +33,18 @@ def test_eq6_on_known_reward_histories():
     # batched over members (leading axis) and the std ablation rule
     np.testing.assert_allclose(compute_scales(np.array([[1.0, 0.1], [0.2, 0.4]]))[0], [[1.0, 10.0], [2.0, 1.0]])
     np.testing.assert_allclose(compute_scales(np.array([0.5, 0.001]), "std", floor=0.01)[0], [2.0, 100.0])
+
+
+def test_nested_config_defaults_survive_dotted_overrides():
+    # a dotted override (toy.sac.hidden, data.sac.hidden) must not reset the section's other defaults
+    for scale in ("smoke", "default", "paper"):
+        cfg = SPEC.make_config(scale)
+        assert cfg.toy.sac.tau == 0.01 and cfg.toy.sac.shared_alpha and cfg.toy.sac.alpha_init == 0.1
+        assert cfg.toy.scaling.floor == 1e-9 and cfg.data.scaling.floor == 0.01
+        assert (cfg.data.sac.lr, cfg.data.sac.gamma, cfg.data.sac.alpha_init) == (3e-4, 0.99, 1.0)
+        assert not cfg.data.sac.shared_alpha  # per-task temperatures on Meta-World (the paper's code)
+    assert SPEC.make_config("default", {"toy.sac.shared_alpha": False}).toy.sac.tau == 0.01
+    assert SPEC.make_config("paper").data.sac.hidden == (400, 400, 400, 400)
 
 
 def _filled_buffer(E=2, N=3, n=40, seed=0):
@@ -111,12 +125,88 @@ def test_member_adam_matches_torch_adam_and_masks():
     torch.testing.assert_close(w.detach()[0], frozen)  # masked member unchanged
 
 
-def test_smoke_pipeline(tmp_path):
+def test_pointmass_reward_scales_and_success():
+    # member 0 gets kappa (1, 0.1), member 1 the control (1, 1); reward = kappa_i (1 - tanh(4 d))
+    kappa = np.array([[1.0, 0.1], [1.0, 1.0]])
+    env = PointMassTasks(kappa, episode_len=3, radius=0.1, seed=0, copies=2)
+    obs = env.reset()
+    assert obs.shape == (2, 4, 4) and (np.abs(env.state) <= 0.5).all()
+    np.testing.assert_array_equal(obs[0, :, 2:], [[1, 0], [1, 0], [0, 1], [0, 1]])  # one-hot task per copy
+    env.state[1] = env.state[0]  # both members in the same states: only kappa differs
+    action = np.zeros((2, 4, 2))
+    action[:, :2] = 1.0  # task 0 (goal (1, 1)) moves up-right by 0.1 per step
+    obs, reward, term, success, over = env.step(action)
+    d = env.distance()  # [E, N, K]
+    np.testing.assert_allclose(reward, (kappa[:, :, None] * (1 - np.tanh(4 * d))).reshape(2, 4))
+    np.testing.assert_allclose(reward[0, 2:] / reward[1, 2:], 0.1)  # same state, kappa 0.1 vs 1
+    assert not over and not term.any() and not success.any()
+    env.state[:] = env.goals[None, :, None, :] + 0.05  # inside the success radius (clipped at the wall)
+    env.state = np.clip(env.state, -1, 1)
+    *_, success, over = env.step(np.zeros((2, 4, 2)))
+    assert success.all() and not over
+    assert env.step(np.zeros((2, 4, 2)))[-1]  # the 3rd step ends the episode
+
+
+def _claim_values(cfg, method, baseline, ars_reset_c, control=(1.0, 1.0)):
+    """A Metrics value dict with what claim() reads: arm (b) = method, (a) = baseline, (c) = ars_reset."""
+    n = len(cfg.toy.kappa)
+    v = {"method/mean_success": float(np.mean(method)), "method/min_task_success": float(np.min(method)),
+         "baseline/mean_success": float(np.mean(baseline)), "baseline/min_task_success": float(np.min(baseline)),
+         "ars_reset/mean_success": 0.0, "ars_reset/min_task_success": 0.0,
+         "control_method/mean_success": control[0], "control_baseline/mean_success": control[1]}
+    kappa = np.array(cfg.toy.kappa)
+    for i in range(n):
+        v[f"method/c_init_task{i}"] = kappa.max() / kappa[i]
+        v[f"ars_reset/c_init_task{i}"] = kappa.max() / kappa[i]
+        v[f"ars_reset/c_reset1_task{i}"] = ars_reset_c[i]
+    for arm in cfg.data.arms:
+        for k in ("logs_valid", "checks_ok", "reset_ok"):
+            v[f"metaworld_{arm}/{k}"] = 1.0
+        v[f"metaworld_{arm}/random_return_reach-v3"] = 600.0
+        v[f"metaworld_{arm}/random_return_pick-place-v3"] = 6.0
+    stats = np.array([600.0, 16.0, 6.0])[: len(cfg.data.tasks)] / 500
+    for t, st in zip(cfg.data.tasks, stats):
+        v[f"metaworld_ars/stat_init_{t}"] = float(st)
+        v[f"metaworld_ars/c_init_{t}"] = float(stats.max() / st)
+    return v
+
+
+def test_claim_is_measured_on_arm_b_and_check_iv_on_arm_c():
+    from models.ars import pipeline
+    from models.base import Metrics
+
+    cfg = SPEC.make_config("default")
+    good_c = [1.0, 15.0, 117.0, 1086.0]  # the brief's prototype: within 2x of 1, 10, 100, 1000
+    result = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 0.9, 0.7], [1, 0.5, 0, 0], good_c)))
+    assert result.holds and result.sane, result.sanity
+    assert result.figures["mean_success_gap"] == pytest.approx(0.9 - 0.375)
+    assert result.figures["min_task_success"] == pytest.approx(0.7)
+    assert result.figures["scale_ratio_worst"] == pytest.approx(1.5)
+    # arm (b)'s worst task below 0.6: the claim fails, the run stays sane
+    weak = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 0.5], [1, 0.5, 0, 0], good_c)))
+    assert not weak.holds and weak.sane
+    # arm (c)'s reset scales 36x off (the failure that motivated this test): check (iv) fails the run
+    off = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], [2.2, 1.0, 3640.0, 13339.0])))
+    assert off.sanity["iv_reset_scales_within_2x"] is False and not off.sane
+    assert off.figures["scale_ratio_worst"] == pytest.approx(36.4)  # task 2: 3640 against 100
+    # (iii): the control compares arms (b) and (a) with equal kappa
+    ctrl = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], good_c, control=(1.0, 0.8))))
+    assert ctrl.figures["control_gap"] == pytest.approx(0.2) and ctrl.sanity["iii_control_gap_le_0.15"] is False
+
+
+def test_smoke_pipeline_and_contract(tmp_path):
+    """The smoke run plus every check of tests/methods/test_contract.py on this SPEC."""
+    from models.base import ClaimResult, Metrics, TrainedArtifacts, read_dataset
+    from models.ars.pipeline import read_metaworld_run, run_dir_name
     from tasks import steps
 
     cfg = SPEC.make_config("smoke")
+    layout = steps.Layout(tmp_path, SPEC)
     data = steps.prepare(SPEC, cfg, tmp_path)
-    from models.ars.pipeline import read_metaworld_run, run_dir_name
+    assert data.path == layout.data_dir and data.files
+    assert read_dataset(layout.data_dir).sha256 == data.sha256
+    assert not list((tmp_path / "data").glob("*.partial"))
+    assert steps.prepare(SPEC, cfg, tmp_path).sha256 == data.sha256  # byte-identical from the seed
 
     logs = read_metaworld_run(data.path / run_dir_name(cfg, "ars"))
     assert logs["meta"]["versions"]["metaworld"] and logs["meta"]["max_episode_steps"] == 100
@@ -127,14 +217,38 @@ def test_smoke_pipeline(tmp_path):
     (stale / "meta.json").write_text(json.dumps({**logs["meta"], "schema_version": 0}))
     with pytest.raises(ValueError, match="schema_version"):
         read_metaworld_run(stale)
+
     artifacts = steps.train(SPEC, cfg, tmp_path)
-    assert set(artifacts.history) >= {"method", "baseline"}
+    assert isinstance(artifacts, TrainedArtifacts) and artifacts.model_dir == layout.model_dir
+    assert TrainedArtifacts.load(layout.model_dir).history == json.loads(json.dumps(artifacts.history))
+    assert {"method", "baseline", "ars_reset", "ablation_reset_only", "control_method", "control_baseline"} == set(
+        artifacts.history)
+    for variant, records in artifacts.history.items():
+        assert records and all(math.isfinite(float(x)) for r in records for x in r.values()), variant
+
     metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
-    assert not metrics.non_finite() and result.sane, result.sanity
-    assert {"mean_success_gap", "min_task_success"} <= set(result.figures)
+    assert isinstance(metrics, Metrics) and isinstance(result, ClaimResult)
+    assert SPEC.primary_metric in metrics.values and not metrics.non_finite()
+    assert not any(k.startswith(("eval/", "train/")) for k in metrics.values)
+    assert any(k.startswith("method/") for k in metrics.values)
+    assert any(k.startswith("baseline/") for k in metrics.values)
+    assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in metrics.figures)
+    assert all(f.parent == layout.plots_dir for f in metrics.figures)
+    assert result.statement and result.figures and isinstance(result.holds, bool)
+    assert all(isinstance(x, bool) for x in result.sanity.values()) and "finite_metrics" in result.sanity
+    assert result.sane, result.sanity
+    on_disk = json.loads(layout.claim_file.read_text())
+    assert on_disk["holds"] == result.holds and on_disk["figures"].keys() == result.figures.keys()
+    assert {"mean_success_gap", "min_task_success", "scale_ratio_worst"} <= set(result.figures)
     assert 0.0 <= metrics["method/mean_success"] <= 1.0
-    assert metrics["method/c_init_task0"] == 1.0 and metrics["method/c_init_task1"] > 1.0
-    model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "ars" / "model")
+    # arm (b) and (c) both start from Eq. (6) on their own random phase; (c) recomputes at its reset
+    for arm in ("method", "ars_reset"):
+        assert metrics[f"{arm}/c_init_task0"] == 1.0 and metrics[f"{arm}/c_init_task1"] > 1.0
+        rbar = np.array([metrics[f"{arm}/rbar_init_task{i}"] for i in range(2)])
+        np.testing.assert_allclose(metrics[f"{arm}/c_init_task1"], rbar.max() / rbar[1], rtol=1e-9)
+    assert "ars_reset/c_reset1_task1" in metrics.values and "method/c_reset1_task1" not in metrics.values
+    model = SPEC.module().load_model(cfg, layout.model_dir)
+    assert isinstance(model, torch.nn.Module)
     out = model(torch.zeros(5, 2 + len(cfg.toy.kappa)))
     assert out.shape == (5, 2) and out.abs().max() <= 1.0
-    assert (tmp_path / "outputs" / "ars" / "plots" / "metaworld_success_per_task.png").is_file()
+    assert (layout.plots_dir / "metaworld_success_per_task.png").is_file()

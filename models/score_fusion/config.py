@@ -1,0 +1,194 @@
+"""Configuration of Score-Fusion (defaults = the ``default`` scale).
+
+No torch here: the registry imports this module to list methods and validate overrides.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from models.base import MethodConfig, RelPath, StrictModel
+
+Arch = Literal["conv", "unet"]
+
+
+class DataConfig(StrictModel):
+    """Everything that shapes the prepared dataset (the DVC prepare stage depends on it only).
+
+    Synthetic phantoms: each volume is a sum of random ellipsoids plus thin axis-aligned tubes,
+    Gaussian-smoothed and min-max scaled to [-1, 1]. The low-resolution input is the ``pool``-fold
+    3-D average pool, nearest-upsampled back to ``shape``. With ``nifti_dir`` set, BraTS-layout
+    NIfTI volumes replace the phantoms (one sub-folder per subject holding ``*<modality>.nii.gz``).
+    """
+
+    n_train: int = Field(256, ge=2)
+    n_test: int = Field(16, ge=1)
+    shape: tuple[int, int, int] = (16, 16, 16)  # (D, H, W) = (axial, coronal, sagittal) slice counts
+    pool: int = Field(2, ge=2)  # isotropic super-resolution factor
+    ellipsoids: tuple[int, int] = (3, 6)  # min, max per volume
+    tubes: tuple[int, int] = (1, 2)
+    ellipsoid_axes: tuple[float, float] = (0.1, 0.35)  # semi-axes as fractions of the edge
+    tube_radius: tuple[float, float] = (0.5, 1.0)  # voxels
+    negative_fraction: float = Field(0.25, ge=0, le=1)  # ellipsoids subtracted instead of added
+    smooth_sigma: float = Field(0.7, ge=0)
+    # Real volumes (BraTS layout) under the project's data/ folder; "" = synthetic phantoms.
+    nifti_dir: RelPath = ""
+    nifti_modality: str = "flair"
+    nifti_train_fraction: float = Field(0.8, gt=0, lt=1)  # the official split: first 80% of sorted subjects
+
+    @model_validator(mode="after")
+    def _check(self) -> "DataConfig":
+        if any(s % self.pool for s in self.shape):
+            raise ValueError(f"every edge of shape {self.shape} must be divisible by pool={self.pool}")
+        if not (1 <= self.ellipsoids[0] <= self.ellipsoids[1] and 0 <= self.tubes[0] <= self.tubes[1]):
+            raise ValueError("ellipsoids and tubes are (min, max) counts with min <= max (at least one ellipsoid)")
+        return self
+
+
+class DiffusionConfig(StrictModel):
+    """One DDPM schedule shared by the 2-D models and the 3-D fusion (the brief's time-mapping pitfall)."""
+
+    steps: int = Field(1000, ge=2)
+    beta_start: float = Field(1e-4, gt=0, lt=1)
+    beta_end: float = Field(0.02, gt=0, lt=1)
+
+
+class NetConfig(StrictModel):
+    """An epsilon network: a FiLM-conditioned conv stack ("conv") or a guided-diffusion U-Net ("unet")."""
+
+    arch: Arch = "conv"
+    width: int = Field(16, ge=2)  # conv channels; the U-Net's inner_channel
+    layers: int = Field(4, ge=2)  # conv: number of conv layers (the last one is the output)
+    time_dim: int = Field(32, ge=2)
+    mults: tuple[int, ...] = (1, 2, 4, 8)  # unet only
+    res_blocks: int = Field(2, ge=1)  # unet only
+    dropout: float = Field(0.0, ge=0, lt=1)  # unet only
+
+
+class SliceNetConfig(NetConfig):
+    """The 2-D (2.5-D) slice models: input = noisy slice, 2k+1 neighbouring LR slices, 3 coordinates."""
+
+    neighbours: int = Field(1, ge=0)  # k: LR slices on each side (1 -> 3 slices; the paper's 5SSR: 2 -> 5)
+    slice_batch: int = Field(0, ge=0)  # slices per forward pass when running on volumes (0 = all at once)
+
+
+class TrainConfig(StrictModel):
+    steps: int = Field(800, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    ema: float = Field(0.99, ge=0, lt=1)  # the evaluated weights are the EMA (0 = last weights)
+    epoch_steps: int = Field(100, ge=1)  # optimiser steps per Lightning epoch (one validation each)
+
+
+class FusionTrainConfig(TrainConfig):
+    loss: Literal["hybrid", "mse"] = "hybrid"  # official 3-D loss: 5 L1 + 150 L2
+    l1_weight: float = Field(5.0, ge=0)
+    l2_weight: float = Field(150.0, ge=0)
+    crop: int = Field(0, ge=0)  # random cubic crops for training (official phase 1: 64); 0 = whole volumes
+    grad_accum: int = Field(1, ge=1)
+
+
+class EvalConfig(StrictModel):
+    t_points: int = Field(32, ge=1)  # stratified diffusion steps per held-out volume for the eps-MSE
+    low_t_fraction: float = Field(0.25, gt=0, le=1)  # "low noise" band [0, f T) reported separately
+    sample_steps: int = Field(25, ge=1)  # DDIM steps
+    eta: float = Field(0.0, ge=0)
+    sample_volumes: int = Field(16, ge=1)  # held-out volumes super-resolved by sampling (<= n_test)
+    self_consistency: bool = True  # project x0_hat so its average pool is 0 (applied to every sampler)
+    tpdm_probs: tuple[float, float, float] = (0.1, 0.6, 0.3)  # TPDM's per-step axis probabilities
+    ssim_window: int = Field(7, ge=3)
+    chunk: int = Field(32, ge=1)  # volumes per forward batch in evaluation
+
+    @model_validator(mode="after")
+    def _check(self) -> "EvalConfig":
+        if min(self.tpdm_probs) < 0 or abs(sum(self.tpdm_probs) - 1) > 1e-6:
+            raise ValueError("tpdm_probs must be non-negative and sum to 1")
+        return self
+
+
+class Config(MethodConfig):
+    SCALES: ClassVar[dict[str, dict]] = {
+        "smoke": {
+            "data.n_train": 16,
+            "data.n_test": 4,
+            "data.shape": (8, 8, 8),
+            "slice_net.width": 8,
+            "slice_net.layers": 2,
+            "slice_train.steps": 50,
+            "slice_train.batch_size": 32,
+            "slice_train.epoch_steps": 25,
+            "fusion_net.width": 8,
+            "fusion_train.steps": 20,
+            "fusion_train.batch_size": 2,
+            "fusion_train.epoch_steps": 10,
+            "eval.t_points": 4,
+            "eval.sample_steps": 5,
+            "eval.sample_volumes": 1,
+            "eval.ssim_window": 3,
+        },
+        "paper": {
+            # BraTS 2021 FLAIR (user-supplied under data/brats2021), 4x average-pool super-resolution,
+            # 152 x 192 x 192 centre crops; MADM-style 2.5-D Palette models (5 LR slices, inner_channel 64,
+            # channel_mults [1,2,4,8], 2 res-blocks, dropout 0.2) and a 3-D U-Net fusion trained on 64^3
+            # crops (phase 1) with the 5 L1 + 150 L2 loss, lr 1e-5, EMA 0.995, fp16, accumulation 4, batch 1;
+            # the 3-D code's linear schedule 1e-4 -> 0.09 over 1000 steps. GPU only (days per 2-D model):
+            # run with the spine's hardware switch, e.g. PAPERLINE_ACCELERATOR=gpu.
+            "data.nifti_dir": "brats2021",
+            "data.shape": (152, 192, 192),
+            "data.pool": 4,
+            "diffusion.beta_end": 0.09,
+            "slice_net.arch": "unet",
+            "slice_net.width": 64,
+            "slice_net.neighbours": 2,
+            "slice_net.dropout": 0.2,
+            "slice_net.time_dim": 64,
+            "slice_net.slice_batch": 8,
+            "slice_train.steps": 400_000,
+            "slice_train.batch_size": 16,
+            "slice_train.lr": 5e-5,
+            "slice_train.ema": 0.9999,
+            "slice_train.epoch_steps": 5000,
+            "fusion_net.arch": "unet",
+            "fusion_net.width": 32,
+            "fusion_net.mults": (1, 2, 4),
+            "fusion_net.time_dim": 64,
+            "fusion_train.steps": 100_000,
+            "fusion_train.batch_size": 1,
+            "fusion_train.lr": 1e-5,
+            "fusion_train.ema": 0.995,
+            "fusion_train.crop": 64,
+            "fusion_train.grad_accum": 4,
+            "fusion_train.epoch_steps": 1000,
+            "eval.sample_steps": 1000,
+            "eval.eta": 1.0,
+            "eval.sample_volumes": 16,
+            "eval.chunk": 1,
+            "precision": "16-mixed",
+        },
+    }
+
+    data: DataConfig = DataConfig()
+    diffusion: DiffusionConfig = DiffusionConfig()
+    slice_net: SliceNetConfig = SliceNetConfig()
+    slice_train: TrainConfig = TrainConfig()
+    fusion_net: NetConfig = NetConfig(width=16, layers=3)
+    fusion_train: FusionTrainConfig = FusionTrainConfig(steps=300, batch_size=4, epoch_steps=50)
+    eval: EvalConfig = EvalConfig()
+    precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
+
+    @model_validator(mode="after")
+    def _check(self) -> "Config":
+        if self.eval.sample_volumes > self.data.n_test:
+            raise ValueError("eval.sample_volumes must not exceed data.n_test")
+        if self.fusion_train.crop and (self.fusion_train.crop % self.data.pool
+                                       or self.fusion_train.crop > min(self.data.shape)):
+            raise ValueError("fusion_train.crop must be a multiple of data.pool and fit inside data.shape")
+        for name, net in (("slice_net", self.slice_net), ("fusion_net", self.fusion_net)):
+            if net.arch == "unet":
+                factor = 2 ** (len(net.mults) - 1)
+                edge = self.fusion_train.crop or min(self.data.shape)
+                if any(s % factor for s in self.data.shape) or edge % factor:
+                    raise ValueError(f"{name}: a U-Net with {len(net.mults)} levels needs edges divisible by {factor}")
+        return self
