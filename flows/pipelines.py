@@ -22,7 +22,7 @@ from prefect.runtime import flow_run  # noqa: E402
 from models.base import Scale  # noqa: E402
 from models.registry import get, names  # noqa: E402
 from tasks import prefect_tasks as t  # noqa: E402
-from tasks import report, tracking  # noqa: E402
+from tasks import report, steps, tracking  # noqa: E402
 from tasks.config import build_config, check_override_targets, overrides_for, parse_overrides  # noqa: E402
 
 MethodName = Literal[tuple(names())]  # type: ignore[valid-type]
@@ -53,15 +53,16 @@ def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides:
     run_id = t.open_run(spec.slug, cfg, root, str(flow_run.id or ""))
     started = time.perf_counter()
     try:
-        with _step(spec.slug, "prepare", started):
-            t.prepare(spec.slug, cfg, root)
-            t.version_dataset(spec.slug, cfg, root)
-        with _step(spec.slug, "train", started):
-            t.train(spec.slug, cfg, root)
-        with _step(spec.slug, "evaluate", started):
-            t.evaluate(spec.slug, cfg, root)
-        with _step(spec.slug, "publish", started):
-            result = t.publish(spec.slug, cfg, root, run_id)
+        with steps.method_lock(spec, root):
+            with _step(spec.slug, "prepare", started):
+                t.prepare(spec.slug, cfg, root)
+                t.version_dataset(spec.slug, cfg, root)
+            with _step(spec.slug, "train", started):
+                t.train(spec.slug, cfg, root)
+            with _step(spec.slug, "evaluate", started):
+                t.evaluate(spec.slug, cfg, root)
+            with _step(spec.slug, "publish", started):
+                result = t.publish(spec.slug, cfg, root, run_id)
     except BaseException as exc:
         tracking.fail_run(root, run_id, f"{type(exc).__name__}: {exc}")
         raise

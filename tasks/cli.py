@@ -129,19 +129,26 @@ def cmd_stage(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     try:
-        if args.step == "prepare":
-            ref = steps.prepare(spec, cfg, root)
-            print(f"{spec.slug}: dataset {ref.name} ({len(ref.files)} files, sha256 {ref.sha256[:12]})")
-        elif args.step == "train":
-            art = steps.train(spec, cfg, root)
-            print(f"{spec.slug}: trained -> {art.model_dir}")
-        else:
-            _, claim = steps.evaluate(spec, cfg, root)
-            print(f"{spec.slug}: claim holds={claim.holds}; must-pass={claim.sanity}")
+        with steps.method_lock(spec, root):
+            _run_stage(args.step, spec, cfg, root)
     except (DatasetError, FileNotFoundError) as exc:
         return _fail(str(exc), 1)
     print(f"{spec.slug}: {args.step} took {time.perf_counter() - started:.1f} s")
     return 0
+
+
+def _run_stage(step: str, spec, cfg, root: Path) -> None:
+    from tasks import steps
+
+    if step == "prepare":
+        ref = steps.prepare(spec, cfg, root)
+        print(f"{spec.slug}: dataset {ref.name} ({len(ref.files)} files, sha256 {ref.sha256[:12]})")
+    elif step == "train":
+        art = steps.train(spec, cfg, root)
+        print(f"{spec.slug}: trained -> {art.model_dir}")
+    else:
+        _, claim = steps.evaluate(spec, cfg, root)
+        print(f"{spec.slug}: claim holds={claim.holds}; must-pass={claim.sanity}")
 
 
 def cmd_params(args: argparse.Namespace) -> int:

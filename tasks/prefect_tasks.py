@@ -26,7 +26,7 @@ def prepare(slug: str, cfg: MethodConfig, root: Path) -> dict:
     return {"name": ref.name, "sha256": ref.sha256, "path": str(ref.path)}
 
 
-@task(name="version-dataset", task_run_name="version-{slug}", retries=3, retry_delay_seconds=3)
+@task(name="version-dataset", task_run_name="version-{slug}", retries=2, retry_delay_seconds=3)
 def version_dataset(slug: str, cfg: MethodConfig, root: Path) -> bool:
     """Put the dataset into the local DVC cache when it was made from params.yaml's values."""
     from tasks.config import ConfigError, config_from_params
@@ -46,7 +46,14 @@ def version_dataset(slug: str, cfg: MethodConfig, root: Path) -> bool:
     proc = subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", f"prepare@{slug}"], cwd=root,
                           capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"dvc commit prepare@{slug} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        message = proc.stderr.strip() or proc.stdout.strip()
+        if "lock" in message.lower():
+            # Another DVC process (a `dvc repro`) holds the repository lock: the data are fine, only
+            # their copy in the cache waits; failing here would lose the run for nothing.
+            logger.warning("DVC is busy (%s); run `dvc commit prepare@%s` later to version this dataset",
+                           message.splitlines()[-1], slug)
+            return False
+        raise RuntimeError(f"dvc commit prepare@{slug} failed: {message}")
     logger.info("dataset committed to the DVC cache (prepare@%s)", slug)
     return True
 

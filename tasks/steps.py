@@ -9,6 +9,7 @@ Paths follow one layout under the project root::
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -16,6 +17,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from models.common import runtime
 from models.base import ClaimResult, DatasetError, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts, read_dataset, write_manifest
@@ -51,6 +53,28 @@ class Layout:
     @property
     def plots_dir(self) -> Path:
         return self.out_dir / "plots"
+
+
+@contextlib.contextmanager
+def method_lock(spec: MethodSpec, root: Path, wait_message: bool = True) -> Iterator[None]:
+    """One pipeline per method and workspace at a time: the steps share ``data/<dataset>`` and
+    ``outputs/<slug>``, so a second run of the same method waits here instead of mixing files.
+    Different methods never wait for each other. The OS drops the lock if the holder dies."""
+    from filelock import FileLock, Timeout
+
+    path = Path(root) / ".paperline" / "locks" / f"{spec.slug}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        if wait_message:
+            print(f"{spec.slug}: another run of this method is using the workspace; waiting for it", flush=True)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _fresh_dir(path: Path) -> Path:

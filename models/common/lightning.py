@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import pickle
 import warnings
 from typing import Any
 
@@ -35,6 +37,7 @@ class HistoryLogger(Logger):
     def __init__(self) -> None:
         super().__init__()
         self.records: list[dict[str, float]] = []
+        self.on_epoch_logged = None  # set by fit when checkpointing: EpochCheckpoint.save
 
     @property
     def name(self) -> str:
@@ -51,10 +54,13 @@ class HistoryLogger(Logger):
     @rank_zero_only
     def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
         record = {"step": int(step or 0)}
-        record.update({k: float(v) for k, v in metrics.items() if k != "epoch"})
+        record.update({k: float(v) for k, v in metrics.items() if k not in ("epoch", EPOCH_MARK)})
         if "epoch" in metrics:
             record["epoch"] = float(metrics["epoch"])
-        self.records.append(record)
+        if len(record) > 1 + ("epoch" in record):
+            self.records.append(record)
+        if EPOCH_MARK in metrics and self.on_epoch_logged is not None:
+            self.on_epoch_logged()
 
 
 class HistoryState(Callback):
@@ -68,6 +74,35 @@ class HistoryState(Callback):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self.history.records[:0] = state_dict["records"]
+
+
+EPOCH_MARK = "paperline_epoch_end"
+
+
+class EpochCheckpoint(Callback):
+    """Writes ``path`` once per epoch, after the epoch's metrics have reached the history.
+
+    Lightning's ``ModelCheckpoint`` saves before the epoch-end metrics are logged (a resumed curve
+    would miss that epoch) and, from 2.6, writes ``save_last`` only after a top-k save. Here each
+    epoch logs a mark; when the logger receives it (the epoch's own log call, loop state as
+    ``ModelCheckpoint`` would save it) the checkpoint is written under a temporary name and renamed,
+    so a kill during the save leaves the previous file intact.
+    """
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.trainer = None
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self.trainer = trainer
+        pl_module.log(EPOCH_MARK, 1.0, on_step=False, on_epoch=True, logger=True, prog_bar=False)
+
+    def save(self) -> None:
+        if self.trainer is None or self.trainer.sanity_checking:
+            return
+        partial = self.path.with_name(self.path.name + ".partial")
+        self.trainer.save_checkpoint(partial)
+        os.replace(partial, self.path)
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -103,9 +138,9 @@ def fit(
     callbacks: list[Callback] = [StopOnNonFiniteLoss()]
     ckpt_dir, resume_from = checkpoint_dir(variant), None
     if ckpt_dir is not None:
-        from lightning.pytorch.callbacks import ModelCheckpoint
-
-        callbacks += [ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0), HistoryState(history)]
+        saver = EpochCheckpoint(ckpt_dir / "last.ckpt")
+        history.on_epoch_logged = saver.save
+        callbacks += [saver, HistoryState(history)]
         if (ckpt_dir / "last.ckpt").is_file():
             resume_from = str(ckpt_dir / "last.ckpt")
             print(f"  resuming {variant} from {resume_from}", flush=True)
@@ -114,7 +149,7 @@ def fit(
         **trainer_settings(),
         logger=history,
         callbacks=callbacks,
-        enable_checkpointing=ckpt_dir is not None,
+        enable_checkpointing=False,  # EpochCheckpoint saves; no default ModelCheckpoint folder
         enable_progress_bar=show_progress(),
         enable_model_summary=False,
         deterministic=True,
@@ -126,6 +161,18 @@ def fit(
     trainer = L.Trainer(**kwargs)
     if show_progress():
         print(f"  training {variant} ({max_epochs} epochs)", flush=True)
-    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from)
+    try:
+        # weights_only: a checkpoint is unpickled only as tensors and plain containers.
+        trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from,
+                    weights_only=True if resume_from else None)
+    except pickle.UnpicklingError as exc:
+        if resume_from is None:
+            raise
+        # Nothing was restored yet: start this fit afresh rather than unpickle arbitrary objects.
+        print(f"  {resume_from} holds objects weights_only=True refuses ({exc}); training {variant} from scratch",
+              flush=True)
+        history.records.clear()
+        trainer = L.Trainer(**kwargs)
+        trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
     return history.records
 

@@ -33,10 +33,10 @@ def _loader():
     return DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16, shuffle=False)
 
 
-def _train(epochs: int, lr: float = 0.05):
+def _train(epochs: int, lr: float = 0.05, callbacks=()):
     torch.manual_seed(0)
     module = Regressor(lr)
-    records = fit(module, _loader(), max_epochs=epochs, seed=0)
+    records = fit(module, _loader(), max_epochs=epochs, seed=0, callbacks=list(callbacks))
     return module, records
 
 
@@ -46,11 +46,24 @@ def test_history_is_captured_per_epoch():
     assert len(losses) == 5 and losses[-1] < losses[0]
 
 
+class Crash(L.Callback):
+    """Dies at the start of an epoch, as a killed process would: nothing runs after it."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch:
+            raise SystemExit("killed")
+
+
 def test_interrupted_fit_resumes_from_its_last_checkpoint(tmp_path):
     full, full_records = _train(6)
-    with checkpointing(tmp_path):
-        _train(3)  # "killed" after epoch 3: its last.ckpt stays behind
-    assert (tmp_path / "001-method" / "last.ckpt").is_file()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        _train(6, callbacks=[Crash(epoch=3)])  # dies mid-fit: only per-epoch checkpoints stay behind
+    ckpt = tmp_path / "001-method" / "last.ckpt"
+    assert ckpt.is_file() and torch.load(ckpt, weights_only=False)["epoch"] == 2  # the last epoch it finished
+    assert [p.name for p in ckpt.parent.iterdir()] == ["last.ckpt"]
     with checkpointing(tmp_path):
         resumed, records = _train(6)
     assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
