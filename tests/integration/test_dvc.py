@@ -61,3 +61,19 @@ def test_dvc_repro_runs_then_is_a_no_op(tmp_path):
 
     status = _dvc(tmp_path, "status", f"evaluate@{SLUG}")
     assert "up to date" in status.stdout.lower(), status.stdout
+
+
+def test_concurrent_dvc_repro_is_refused_and_writes_nothing(tmp_path):
+    """While another DVC process holds the repository lock, `dvc repro` stops at once."""
+    from dvc.repo import Repo
+
+    _clone(tmp_path)
+    repo = Repo(str(tmp_path))
+    with repo.lock:  # exactly what a running `dvc repro` holds
+        refused = _dvc(tmp_path, "repro", f"prepare@{SLUG}")
+    repo.close()
+    assert refused.returncode != 0
+    assert "Unable to acquire lock" in refused.stdout + refused.stderr
+    assert not (tmp_path / "data" / "frozenlake").exists() and not (tmp_path / "dvc.lock").exists()
+    after = _dvc(tmp_path, "status", f"prepare@{SLUG}")  # the lock is gone with its holder
+    assert after.returncode == 0, after.stderr
