@@ -61,3 +61,14 @@ def test_report_has_claim_table_figures_and_run_links(toy_runs, project):
     (run,) = c.search_runs([exp.experiment_id])
     logged = {a.path for a in c.list_artifacts(run.info.run_id, "report")}
     assert "report/index.html" in logged
+
+
+def test_status_command_prints_the_table_and_json(toy_runs, project, capsys):
+    from tasks.cli import main
+
+    assert main(["status"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("toy "))
+    assert row.split()[-2:] == ["v1", "v2"] and "FINISHED" in row
+    assert main(["status", "--json"]) == 0
+    toy = next(item for item in json.loads(capsys.readouterr().out) if item["method"] == "toy")
+    assert toy["champion"] == "1" and toy["holds"] is True
