@@ -17,6 +17,7 @@ from models.pag_cert import SPEC as pag_cert
 from models.ppd_snr import SPEC as ppd_snr
 from models.sbg import SPEC as sbg
 from models.score_fusion import SPEC as score_fusion
+from models.sdp import SPEC as sdp
 from models.sdcib import SPEC as sdcib
 from models.self_ref import SPEC as self_ref
 from models.sleeping_rl import SPEC as sleeping_rl
@@ -41,6 +42,7 @@ METHODS: dict[str, MethodSpec] = {
         sdcib,
         ibmd,
         score_fusion,
+        sdp,
         sbg,
         sta,
         otter,

@@ -1,0 +1,230 @@
+"""Diffusion-policy training (Lightning, EMA), DDIM sampling, success and equivariance metrics.
+
+Both policies are trained by the same ``DiffusionPolicyModule``: the DDPM epsilon loss
+E_{t, eps} ||eps - eps_hat(sqrt(ab_t) a_0 + sqrt(1 - ab_t) eps, t | obs)||^2 on normalised,
+canonicalised 10-D action chunks (``models.common.diffusion.DDPMSchedule.loss``), AdamW with a
+linear warm-up then cosine decay, and diffusers' EMA (decay 1 - (1 + step)^-power, capped).
+Sampling is DDIM (``models.common.diffusion.ddim_sample``) without clipping by default.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
+
+from models.common.diffusion import DDPMSchedule, ddim_sample, ddim_timesteps
+
+from .config import DiffusionConfig, TrainConfig
+from .data import axes_to_matrix, canonicalise, rotation_angle_deg
+from .networks import rotate_actions
+
+# ----------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """SDP's equal-scale normaliser: every xyz (points, action positions) divided by one scalar; the
+    axes are unit vectors and the gripper is +-1 already. One scalar commutes with rotations."""
+
+    scale: float
+
+    def observation(self, points: np.ndarray, ee_pose: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """World-frame arrays -> (points (n, N, 3), ee_axes (n, 2, 3)): canonicalised and normalised."""
+        p, e = canonicalise(points, ee_pose)
+        return tensor(p / self.scale), tensor(e[:, 3:9].reshape(-1, 2, 3))
+
+    def actions(self, actions: np.ndarray, ee_pose: np.ndarray) -> torch.Tensor:
+        a = actions.astype(np.float64).copy()
+        a[..., :3] = (a[..., :3] - ee_pose[:, None, :3]) / self.scale
+        return tensor(a)
+
+    def unnormalise(self, actions: torch.Tensor) -> np.ndarray:
+        """Normalised canonical actions -> canonical (EE-relative) actions in world units."""
+        a = actions.double().numpy().copy()
+        a[..., :3] *= self.scale
+        return a
+
+
+def tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
+
+
+class Rows(Dataset):
+    """Rows of several tensors, fetched a whole batch of indices at a time."""
+
+    def __init__(self, *tensors: torch.Tensor) -> None:
+        self.tensors = tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors[0])
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+
+def random_batches(dataset: Dataset, batch_size: int, batches: int, seed: int) -> DataLoader:
+    sampler = RandomSampler(dataset, replacement=True, num_samples=batch_size * batches,
+                            generator=torch.Generator().manual_seed(seed))
+    return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=True), batch_size=None)
+
+
+def whole_batch(dataset: Dataset) -> DataLoader:
+    n = len(dataset)
+    return DataLoader(dataset, sampler=BatchSampler(SequentialSampler(range(n)), n, False), batch_size=None)
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def make_schedule(cfg: DiffusionConfig) -> DDPMSchedule:
+    """squaredcos_cap_v2 (Nichol & Dhariwal's cosine, betas capped at 0.999), ``train_steps`` steps."""
+    return DDPMSchedule.create("cosine", cfg.train_steps)
+
+
+def ema_decay(step: int, power: float, max_decay: float) -> float:
+    """diffusers' EMAModel.get_decay (inv_gamma 1, update_after_step 0, min_value 0)."""
+    step = step - 1
+    if step <= 0:
+        return 0.0
+    return min(1 - (1 + step) ** -power, max_decay)
+
+
+def lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warm-up then cosine decay to 0 (diffusers' cosine schedule with warm-up, starting at 1/(warmup+1))."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    progress = (step - warmup) / max(1, total - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+class DiffusionPolicyModule(L.LightningModule):
+    """Epsilon-prediction DDPM training of a policy ``net(x_t, t, points, ee_axes) -> eps_hat``."""
+
+    def __init__(self, policy: torch.nn.Module, schedule: DDPMSchedule, cfg: TrainConfig) -> None:
+        super().__init__()
+        self.policy, self.schedule, self.cfg = policy, schedule, cfg
+        self.ema = copy.deepcopy(policy).requires_grad_(False)
+        self.updates = 0
+
+    def shared_step(self, batch, stage: str) -> torch.Tensor:
+        points, ee_axes, actions = batch
+        net = self.policy if stage == "train" else self.ema
+        loss = self.schedule.loss(lambda x, t: net(x, t, points, ee_axes), actions, prediction="eps")
+        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=len(actions))
+        return loss
+
+    def training_step(self, batch, batch_idx):
+        return self.shared_step(batch, "train")
+
+    def validation_step(self, batch, batch_idx):
+        self.shared_step(batch, "val")
+
+    @torch.no_grad()
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        self.updates += 1
+        decay = ema_decay(self.updates, self.cfg.ema_power, self.cfg.ema_max_decay)
+        for e, p in zip(self.ema.parameters(), self.policy.parameters()):
+            e.lerp_(p, 1 - decay)
+        self.log("train/ema_decay", decay, on_step=False, on_epoch=True)
+
+    def configure_optimizers(self):
+        c = self.cfg
+        opt = torch.optim.AdamW(self.policy.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay, fused=True)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, c.warmup_steps, c.steps))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def on_save_checkpoint(self, checkpoint) -> None:
+        checkpoint["ema_updates"] = self.updates
+
+    def on_load_checkpoint(self, checkpoint) -> None:
+        self.updates = int(checkpoint.get("ema_updates", 0))
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def sampling_timesteps(cfg: DiffusionConfig) -> list[int]:
+    """DDIM's sub-sequence: diffusers' "leading" spacing (k * (T // n), k < n; not in models.common) or
+    models.common's "trailing" one (ending at T - 1)."""
+    if cfg.spacing == "leading":
+        ratio = cfg.train_steps // cfg.ddim_steps
+        return [k * ratio for k in range(cfg.ddim_steps)]
+    return ddim_timesteps(cfg.train_steps, cfg.ddim_steps)
+
+
+@torch.no_grad()
+def sample_actions(policy: torch.nn.Module, schedule: DDPMSchedule, points: torch.Tensor, ee_axes: torch.Tensor,
+                   horizon: int, cfg: DiffusionConfig, generator: torch.Generator | None = None,
+                   x_T: torch.Tensor | None = None, clip: float | None = None) -> torch.Tensor:
+    """DDIM from x_T ~ N(0, I) (or the given x_T) to normalised canonical action chunks (B, H, 10)."""
+    cond = policy.encode(points, ee_axes)
+    if x_T is None:
+        x_T = torch.randn(len(points), horizon, 10, generator=generator)
+    clip = cfg.clip_sample if clip is None else clip
+    return ddim_sample(lambda x, t: policy.denoise(x, t, cond), schedule, x_T, eta=cfg.eta, generator=generator,
+                       clip_x0=clip, timesteps=sampling_timesteps(cfg))
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def success_metrics(pred: np.ndarray, split: dict[str, np.ndarray], pos_tol: float, deg_tol: float) -> dict[str, np.ndarray]:
+    """Per-scene outcome of a canonical (EE-relative, world-unit) action chunk's last action.
+
+    Success: final position within ``pos_tol`` of either grasp point and orientation error (geodesic
+    angle between the Gram-Schmidt rotation of the predicted axes and the object's) below ``deg_tol``.
+    """
+    final = pred[:, -1]
+    goals = split["goals"] - split["ee_pose"][:, None, :3]  # (n, 2, 3), canonical
+    dist = np.linalg.norm(final[:, None, :3] - goals, axis=-1)  # (n, 2)
+    nearest = dist.argmin(1)
+    R_pred = axes_to_matrix(final[:, 3:6], final[:, 6:9])
+    R_goal = axes_to_matrix(split["goal_axes"][:, 0].astype(np.float64), split["goal_axes"][:, 1].astype(np.float64))
+    angle = rotation_angle_deg(R_pred, R_goal)
+    pos_err = dist.min(1)
+    success = (pos_err < pos_tol) & (angle < deg_tol)
+    return {"success": success, "pos_err": pos_err, "rot_err_deg": angle, "grasp": nearest,
+            "gripper_closed": final[:, 9] > 0}
+
+
+def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+@torch.no_grad()
+def equivariance_error(policy: torch.nn.Module, schedule: DDPMSchedule, points: torch.Tensor, ee_axes: torch.Tensor,
+                       actions: torch.Tensor, rotations: torch.Tensor, seed: int) -> float:
+    """max_R ||f(R obs, R a_t, t) - R f(obs, a_t, t)|| / ||f(obs, a_t, t)|| for the denoiser f, with
+    a_t = q_sample(a_0, t) at random steps (float32, uniformly random rotations)."""
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randint(0, schedule.n_steps, (len(actions),), generator=g)
+    x_t = schedule.q_sample(actions, t, generator=g)
+    f = policy(x_t, t, points, ee_axes)
+    worst = 0.0
+    for R in rotations:
+        f_rot = policy(rotate_actions(x_t, R), t, points @ R.T, ee_axes @ R.T)
+        worst = max(worst, relative_error(f_rot, rotate_actions(f, R)))
+    return worst
+
+
+@torch.no_grad()
+def policy_equivariance_error(policy: torch.nn.Module, schedule: DDPMSchedule, points: torch.Tensor,
+                              ee_axes: torch.Tensor, horizon: int, cfg: DiffusionConfig, rotations: torch.Tensor,
+                              seed: int, clip: float | None = None) -> float:
+    """The sampled policy end to end: DDIM from R x_T on the rotated scene vs R (DDIM from x_T), with
+    eta = 0 (deterministic; with eta > 0 the injected noise would have to be rotated as well)."""
+    cfg = cfg.model_copy(update={"eta": 0.0})
+    x_T = torch.randn(len(points), horizon, 10, generator=torch.Generator().manual_seed(seed))
+    a = sample_actions(policy, schedule, points, ee_axes, horizon, cfg, x_T=x_T, clip=clip)
+    worst = 0.0
+    for R in rotations:
+        a_rot = sample_actions(policy, schedule, points @ R.T, ee_axes @ R.T, horizon, cfg,
+                               x_T=rotate_actions(x_T, R), clip=clip)
+        worst = max(worst, relative_error(a_rot, rotate_actions(a, R)))
+    return worst
