@@ -212,11 +212,22 @@ def ddpm_sample(model: Model, schedule: DDPMSchedule, x_T: torch.Tensor, predict
     return x
 
 
-def ddim_timesteps(n_steps: int, n_sample_steps: int) -> list[int]:
-    """``n_sample_steps`` evenly spaced increasing indices ending at ``n_steps - 1`` ("trailing" spacing:
-    the first model call sees the step x_T was drawn for; one step = a single call at n_steps - 1)."""
+def ddim_timesteps(n_steps: int, n_sample_steps: int,
+                   spacing: Literal["trailing", "leading"] = "trailing") -> list[int]:
+    """``n_sample_steps`` increasing step indices for DDIM.
+
+    "trailing": evenly spaced, ending at ``n_steps - 1`` (the first model call sees the step x_T was
+    drawn for; one step = a single call at n_steps - 1). "leading": diffusers' default,
+    ``k * (n_steps // n_sample_steps)`` for k < n_sample_steps, which never starts at the last step
+    (under a cosine schedule alpha_bar(T-1) ~ 2e-7 makes the x0 estimate diverge without clipping).
+    """
     if not 1 <= n_sample_steps <= n_steps:
         raise ValueError(f"n_sample_steps must be in [1, {n_steps}]")
+    if spacing == "leading":
+        ratio = n_steps // n_sample_steps
+        return [k * ratio for k in range(n_sample_steps)]
+    if spacing != "trailing":
+        raise ValueError(f"spacing {spacing!r}: expected 'trailing' or 'leading'")
     return sorted({round(n_steps * (i + 1) / n_sample_steps) - 1 for i in range(n_sample_steps)})
 
 

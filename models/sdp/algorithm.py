@@ -150,12 +150,8 @@ class DiffusionPolicyModule(L.LightningModule):
 
 
 def sampling_timesteps(cfg: DiffusionConfig) -> list[int]:
-    """DDIM's sub-sequence: diffusers' "leading" spacing (k * (T // n), k < n; not in models.common) or
-    models.common's "trailing" one (ending at T - 1)."""
-    if cfg.spacing == "leading":
-        ratio = cfg.train_steps // cfg.ddim_steps
-        return [k * ratio for k in range(cfg.ddim_steps)]
-    return ddim_timesteps(cfg.train_steps, cfg.ddim_steps)
+    """DDIM's sub-sequence: diffusers' "leading" spacing (k * (T // n), k < n) or "trailing" (ending at T - 1)."""
+    return ddim_timesteps(cfg.train_steps, cfg.ddim_steps, cfg.spacing)
 
 
 @torch.no_grad()

@@ -133,6 +133,13 @@ def test_ddim_eta0_is_deterministic_and_recovers_x0_from_the_true_noise():
         assert torch.allclose(a, x0, atol=1e-9)
 
 
+def test_leading_ddim_timesteps_are_diffusers_default():
+    assert ddim_timesteps(100, 16, "leading") == [6 * k for k in range(16)]  # 0, 6, ..., 90
+    assert ddim_timesteps(1000, 1, "leading") == [0]
+    with pytest.raises(ValueError, match="spacing"):
+        ddim_timesteps(10, 2, "middle")
+
+
 def test_ddim_timesteps_are_evenly_spaced_and_end_at_the_last_step():
     assert ddim_timesteps(1000, 1) == [999]
     assert ddim_timesteps(1000, 10) == list(range(99, 1000, 100))
