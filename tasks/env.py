@@ -69,3 +69,14 @@ def make_state_dirs(root: Path | None = None) -> None:
     for key in ("PREFECT_HOME", "DVC_SITE_CACHE_DIR", "MPLCONFIGDIR"):
         if os.environ.get(key):
             Path(os.environ[key]).mkdir(parents=True, exist_ok=True)
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -21,14 +21,7 @@ def _record(root: Path) -> Path:
     return env.state_dir(root) / "servers.json"
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+_alive = env.pid_alive
 
 
 def running(root: Path) -> dict[str, dict]:

@@ -104,27 +104,19 @@ def git_commit(root: Path) -> str:
         return "unknown"
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def close_dead_runs(c, experiment_id: str) -> list[str]:
     """Mark KILLED the RUNNING pipeline runs whose process on this host has died (SIGKILL, power
     loss): the next run of the method says what happened to them instead of leaving them open."""
     import socket
+
+    from tasks import env
 
     host = socket.gethostname()
     closed = []
     for run in c.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=200):
         tags = run.data.tags
         pid = tags.get(f"{TAG}.pid", "")
-        if tags.get(f"{TAG}.host") != host or not pid.isdigit() or _pid_alive(int(pid)):
+        if tags.get(f"{TAG}.host") != host or not pid.isdigit() or env.pid_alive(int(pid)):
             continue
         c.set_tag(run.info.run_id, f"{TAG}.failure", f"process {pid} died before the run finished")
         c.set_terminated(run.info.run_id, status="KILLED")
