@@ -8,6 +8,7 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before any @triton.jit module is imported
 os.environ["PAPERLINE_PROGRESS"] = "0"
 os.environ.setdefault("PAPERLINE_THREADS", "1")
+os.environ["PAPERLINE_CHECKPOINT_SECONDS"] = "0"  # checkpoint every epoch: the crash tests kill within seconds
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # torch reads it at import: no oversubscription on 2 cores
 os.environ.setdefault("PAPERLINE_ROOT", str(ROOT))
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")

@@ -15,6 +15,7 @@ import logging
 import math
 import os
 import pickle
+import time
 import warnings
 from typing import Any
 
@@ -24,7 +25,9 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
-from models.common.runtime import checkpoint_dir, set_threads, show_progress, trainer_settings  # noqa: F401
+from models.common.runtime import (  # noqa: F401 (re-exported)
+    checkpoint_dir, checkpoint_seconds, set_threads, show_progress, trainer_settings,
+)
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -89,9 +92,11 @@ class EpochCheckpoint(Callback):
     so a kill during the save leaves the previous file intact.
     """
 
-    def __init__(self, path) -> None:
+    def __init__(self, path, every_seconds: float) -> None:
         self.path = path
+        self.every_seconds = every_seconds  # at most one save per this many seconds (0: every epoch)
         self.trainer = None
+        self.last_save = time.monotonic()
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.trainer = trainer
@@ -100,9 +105,12 @@ class EpochCheckpoint(Callback):
     def save(self) -> None:
         if self.trainer is None or self.trainer.sanity_checking:
             return
+        if time.monotonic() - self.last_save < self.every_seconds:
+            return
         partial = self.path.with_name(self.path.name + ".partial")
         self.trainer.save_checkpoint(partial)
         os.replace(partial, self.path)
+        self.last_save = time.monotonic()
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -138,7 +146,7 @@ def fit(
     callbacks: list[Callback] = [StopOnNonFiniteLoss()]
     ckpt_dir, resume_from = checkpoint_dir(variant), None
     if ckpt_dir is not None:
-        saver = EpochCheckpoint(ckpt_dir / "last.ckpt")
+        saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds())
         history.on_epoch_logged = saver.save
         callbacks += [saver, HistoryState(history)]
         if (ckpt_dir / "last.ckpt").is_file():

@@ -75,3 +75,20 @@ def test_non_finite_loss_stops_training():
     torch.manual_seed(0)
     with pytest.raises(NonFiniteLossError, match="non-finite training loss"):
         fit(Regressor(lr=1e6), _loader(), max_epochs=50, seed=0)
+
+
+def test_checkpoints_are_rate_limited(tmp_path, monkeypatch):
+    """With PAPERLINE_CHECKPOINT_SECONDS an hour, a short fit that dies leaves no checkpoint."""
+    monkeypatch.setenv("PAPERLINE_CHECKPOINT_SECONDS", "3600")
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        _train(6, callbacks=[Crash(epoch=3)])
+    assert not (tmp_path / "001-method" / "last.ckpt").exists()
+
+
+@pytest.mark.parametrize("value", ["soon", "-1"])
+def test_bad_checkpoint_interval_names_the_variable(monkeypatch, value):
+    from models.common.runtime import checkpoint_seconds
+
+    monkeypatch.setenv("PAPERLINE_CHECKPOINT_SECONDS", value)
+    with pytest.raises(ValueError, match="PAPERLINE_CHECKPOINT_SECONDS"):
+        checkpoint_seconds()
