@@ -138,8 +138,10 @@ def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
     key = hashlib.sha256(f"{cfg.model_dump_json()}|{data.sha256}".encode()).hexdigest()[:16]
     checkpoints = layout.out_dir / "checkpoints" / key
     started = time.perf_counter()
+    module = spec.module()
+    runtime.seed_everything(cfg.seed)
     with runtime.checkpointing(checkpoints):
-        artifacts = spec.module().train(cfg, data, staging)
+        artifacts = module.train(cfg, data, staging)
     artifacts.summary.setdefault("seconds", time.perf_counter() - started)
     artifacts.model_dir = staging
     artifacts.save()
@@ -157,6 +159,7 @@ def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, 
     artifacts = TrainedArtifacts.load(layout.model_dir)
     _fresh_dir(layout.plots_dir)
     module = spec.module()
+    runtime.seed_everything(cfg.seed)
     metrics = module.evaluate(cfg, data, artifacts, layout.out_dir)
     result = module.claim(cfg, metrics)
     bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]

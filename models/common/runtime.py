@@ -23,6 +23,20 @@ def set_threads() -> None:
     torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))
 
 
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's global and torch's generators, so a step's result never depends on
+    what ran before it in the process (e.g. the previous method of ``paperline run --all``)."""
+    import random
+    import sys
+
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    if "torch" in sys.modules:
+        sys.modules["torch"].manual_seed(seed)
+
+
 TRAINER_ENV = {
     "accelerator": "PAPERLINE_ACCELERATOR",
     "devices": "PAPERLINE_DEVICES",
