@@ -30,7 +30,7 @@ browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
 	  echo "installing Debian's chromium (apt-get) for the browser test"; \
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
-	  || echo "warning: could not install chromium; the browser test will be skipped"; }
+	  || echo "warning: could not install chromium; the browser test will fail (PAPERLINE_ALLOW_NO_BROWSER=1 skips it)"; }
 
 ## The test suite (unit, methods at smoke scale, Prefect/MLflow/DVC integration, UIs in Chromium).
 test: install browser

@@ -15,7 +15,7 @@ env.configure()
 
 def main() -> None:
     from models.registry import METHODS
-    from tasks import tracking
+    from tasks import overview, tracking
 
     root = env.project_root()
     c = tracking.client(root)
@@ -23,13 +23,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     total = 0.0
     for spec in METHODS.values():
-        exp = c.get_experiment_by_name(tracking.experiment_name(spec))
-        runs = c.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=50) if exp else []
-        parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-        if not parents:
+        run = overview.latest_pipeline_run(c, spec)
+        if run is None:
             print(f"| `{spec.slug}` | - | never run | - | - | - |")
             continue
-        run = parents[0]
         wall = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
         total += wall
         m = run.data.metrics

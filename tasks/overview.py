@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from models.base import MethodSpec
-from tasks import tracking
+from tasks import promotion, tracking
 
 REPORT_EXPERIMENT = "paperline/report"
 
@@ -43,28 +43,23 @@ class MethodStatus:
         return asdict(self)
 
 
-def _alias_version(c, spec: MethodSpec, alias: str) -> str | None:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return str(c.get_model_version_by_alias(tracking.registered_name(spec), alias).version)
-    except MlflowException:
+def latest_pipeline_run(c, spec: MethodSpec):
+    """The newest top-level (not per-variant) MLflow run of ``spec``, or None."""
+    exp = c.get_experiment_by_name(tracking.experiment_name(spec))
+    if exp is None:
         return None
+    runs = c.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=50)
+    return next((r for r in runs if "mlflow.parentRunId" not in r.data.tags), None)
 
 
 def latest(c, spec: MethodSpec) -> MethodStatus:
     """The latest top-level pipeline run of ``spec`` and its model aliases."""
     out = MethodStatus(spec.slug, spec.title, spec.claim)
-    exp = c.get_experiment_by_name(tracking.experiment_name(spec))
-    if exp is None:
+    run = latest_pipeline_run(c, spec)
+    if run is None:
         return out
-    runs = c.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=50)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    if not parents:
-        return out
-    run = parents[0]
     tags, metrics = run.data.tags, run.data.metrics
-    out.run_id, out.experiment_id, out.status = run.info.run_id, exp.experiment_id, run.info.status
+    out.run_id, out.experiment_id, out.status = run.info.run_id, run.info.experiment_id, run.info.status
     out.started = dt.datetime.fromtimestamp(run.info.start_time / 1000).strftime("%Y-%m-%d %H:%M")
     out.scale = tags.get("paperline.scale")
     if "claim/holds" in metrics:
@@ -75,8 +70,8 @@ def latest(c, spec: MethodSpec) -> MethodStatus:
     out.failure = tags.get("paperline.failure")
     out.decision = tags.get("paperline.decision_reason")
     out.version = tags.get("paperline.model_version")
-    out.champion = _alias_version(c, spec, "champion")
-    out.challenger = _alias_version(c, spec, "challenger")
+    out.champion = promotion.alias_version(c, spec, promotion.CHAMPION)
+    out.challenger = promotion.alias_version(c, spec, promotion.CHALLENGER)
     return out
 
 

@@ -21,13 +21,25 @@ class Decision:
     champion_version: str | None
 
 
-def champion_metric(c, spec: MethodSpec) -> tuple[str | None, float | None]:
-    """The current champion's version and primary metric, or (None, None)."""
+def _by_alias(c, spec: MethodSpec, alias: str):
     from mlflow.exceptions import MlflowException
 
     try:
-        mv = c.get_model_version_by_alias(tracking.registered_name(spec), CHAMPION)
+        return c.get_model_version_by_alias(tracking.registered_name(spec), alias)
     except MlflowException:
+        return None
+
+
+def alias_version(c, spec: MethodSpec, alias: str) -> str | None:
+    """The version holding ``alias`` (``champion``/``challenger``), or None."""
+    mv = _by_alias(c, spec, alias)
+    return None if mv is None else str(mv.version)
+
+
+def champion_metric(c, spec: MethodSpec) -> tuple[str | None, float | None]:
+    """The current champion's version and primary metric, or (None, None)."""
+    mv = _by_alias(c, spec, CHAMPION)
+    if mv is None:
         return None, None
     key = tracking.metric_name(f"eval/{spec.primary_metric}")
     value = c.get_run(mv.run_id).data.metrics.get(key) if mv.run_id else None

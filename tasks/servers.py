@@ -21,9 +21,6 @@ def _record(root: Path) -> Path:
     return env.state_dir(root) / "servers.json"
 
 
-_alive = env.pid_alive
-
-
 def running(root: Path) -> dict[str, dict]:
     """Servers started by ``paperline up`` that are still alive, by name."""
     path = _record(root)
@@ -33,7 +30,7 @@ def running(root: Path) -> dict[str, dict]:
         record = json.loads(path.read_text())
     except json.JSONDecodeError:
         return {}
-    return {name: info for name, info in record.items() if _alive(int(info["pid"]))}
+    return {name: info for name, info in record.items() if env.pid_alive(int(info["pid"]))}
 
 
 def port_free(host: str, port: int) -> bool:
@@ -121,17 +118,17 @@ def down(root: Path, timeout: float = 20.0) -> list[str]:
     stopped = []
     for name, info in record.items():
         pid = int(info["pid"])
-        if not _alive(pid):
+        if not env.pid_alive(pid):
             continue
         try:
             os.killpg(pid, signal.SIGTERM)  # the group we created with start_new_session
         except ProcessLookupError:
             continue
         deadline = time.monotonic() + timeout
-        while _alive(pid) and time.monotonic() < deadline:
+        while env.pid_alive(pid) and time.monotonic() < deadline:
             _reap(pid)
             time.sleep(0.2)
-        if _alive(pid):
+        if env.pid_alive(pid):
             os.killpg(pid, signal.SIGKILL)
         stopped.append(name)
     path.unlink(missing_ok=True)

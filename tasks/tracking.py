@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import socket
 import sqlite3
 import subprocess
 import warnings
@@ -107,8 +108,6 @@ def git_commit(root: Path) -> str:
 def close_dead_runs(c, experiment_id: str) -> list[str]:
     """Mark KILLED the RUNNING pipeline runs whose process on this host has died (SIGKILL, power
     loss): the next run of the method says what happened to them instead of leaving them open."""
-    import socket
-
     from tasks import env
 
     host = socket.gethostname()
@@ -126,8 +125,6 @@ def close_dead_runs(c, experiment_id: str) -> list[str]:
 
 def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run_id: str = "") -> str:
     """Open the parent run before any work, so a crash is recorded as a FAILED run."""
-    import socket
-
     c = client(root)
     exp = ensure_experiment(c, spec, root)
     close_dead_runs(c, exp)
