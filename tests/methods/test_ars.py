@@ -189,6 +189,9 @@ def test_claim_is_measured_on_arm_b_and_check_iv_on_arm_c():
     off = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], [2.2, 1.0, 3640.0, 13339.0])))
     assert off.sanity["iv_reset_scales_within_2x"] is False and not off.sane
     assert off.figures["scale_ratio_worst"] == pytest.approx(36.4)  # task 2: 3640 against 100
+    learned = _claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], good_c)
+    learned.update({f"ars_reset/success_before_reset1_task{i}": s for i, s in enumerate([1.0, 0.5, 0.4, 0.0])})
+    assert pipeline.claim(cfg, Metrics(learned)).figures["ars_reset_tasks_learned_before_reset"] == 2.0
     # (iii): the control compares arms (b) and (a) with equal kappa
     ctrl = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], good_c, control=(1.0, 0.8))))
     assert ctrl.figures["control_gap"] == pytest.approx(0.2) and ctrl.sanity["iii_control_gap_le_0.15"] is False
@@ -247,6 +250,11 @@ def test_smoke_pipeline_and_contract(tmp_path):
         rbar = np.array([metrics[f"{arm}/rbar_init_task{i}"] for i in range(2)])
         np.testing.assert_allclose(metrics[f"{arm}/c_init_task1"], rbar.max() / rbar[1], rtol=1e-9)
     assert "ars_reset/c_reset1_task1" in metrics.values and "method/c_reset1_task1" not in metrics.values
+    # (iv)'s context: arm (c)'s success per task at its last evaluation before the reset, counted in the claim
+    last = [r for r in artifacts.history["ars_reset"] if r["step"] < cfg.toy.reset_every][-1]
+    before = [metrics[f"ars_reset/success_before_reset1_task{i}"] for i in range(2)]
+    assert before == [last["success_task0"], last["success_task1"]]
+    assert result.figures["ars_reset_tasks_learned_before_reset"] == sum(s >= 0.5 for s in before)
     model = SPEC.module().load_model(cfg, layout.model_dir)
     assert isinstance(model, torch.nn.Module)
     out = model(torch.zeros(5, 2 + len(cfg.toy.kappa)))
