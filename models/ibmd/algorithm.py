@@ -17,8 +17,9 @@ import math
 
 import lightning as L
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
+from torch.utils.data import DataLoader
 
+from models.common.batches import Rows, random_batches
 from models.common.diffusion import BridgeSchedule
 
 from .config import DistillConfig, TeacherConfig
@@ -60,27 +61,6 @@ def convergence_condition(bridge_x0: torch.Tensor, x0: torch.Tensor) -> torch.Te
 
 
 # ----------------------------------------------------------------------------- data loading
-
-
-class Rows(Dataset):
-    """Rows of one or more tensors, fetched a whole batch of indices at a time."""
-
-    def __init__(self, *tensors: torch.Tensor) -> None:
-        self.tensors = tensors
-
-    def __len__(self) -> int:
-        return len(self.tensors[0])
-
-    def __getitem__(self, index):
-        rows = tuple(t[index] for t in self.tensors)
-        return rows if len(rows) > 1 else rows[0]
-
-
-def random_batches(dataset: Dataset, batch_size: int, batches_per_epoch: int, seed: int) -> DataLoader:
-    """``batches_per_epoch`` batches drawn with replacement per epoch, one index fetch per batch."""
-    sampler = RandomSampler(dataset, replacement=True, num_samples=batch_size * batches_per_epoch,
-                            generator=torch.Generator().manual_seed(seed))
-    return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=True), batch_size=None)
 
 
 def corrupted_only_loader(x1: torch.Tensor, cfg: DistillConfig, batches_per_epoch: int, seed: int) -> DataLoader:

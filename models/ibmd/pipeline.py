@@ -59,22 +59,20 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, SequentialSampler
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
 from models.common import plotting
+from models.common.batches import Rows, random_batches, whole_batch
 from models.common.diffusion import BridgeSchedule
 from models.common.lightning import fit, set_threads
 
 from .algorithm import (
     BridgeMatching,
     InverseBridgeMatching,
-    Rows,
     convergence_condition,
     corrupted_only_loader,
     energy_distance,
     mean_pairwise_distance,
-    random_batches,
     sliced_w2,
     teacher_sample,
 )
@@ -166,8 +164,7 @@ def train_teacher(cfg: Config, setup: Setup, arrays: dict, seed: int) -> tuple[B
     steps = setup.teacher.steps
     per_epoch = min(TEACHER_EPOCH_STEPS, steps)
     n_val = min(len(arrays["x0_test"]), 2048)
-    val = DataLoader(Rows(tensor(arrays["x0_test"][:n_val]), tensor(arrays["x1_test"][:n_val])),
-                     sampler=BatchSampler(SequentialSampler(range(n_val)), n_val, False), batch_size=None)
+    val = whole_batch(Rows(tensor(arrays["x0_test"][:n_val]), tensor(arrays["x1_test"][:n_val])))
     records = fit(module, random_batches(pairs, setup.teacher.batch_size, per_epoch, seed), val,
                   max_epochs=math.ceil(steps / per_epoch), max_steps=steps, seed=seed,
                   variant=f"teacher ({setup.name})")
@@ -187,8 +184,7 @@ def distil(cfg: Config, setup: Setup, teacher: BridgeNet, x1_train: torch.Tensor
     per_epoch = min(DISTILL_EPOCH_STEPS, d.generator_steps)
     rows = d.bridge_loop + 1
     n_val = min(len(x1_val) // rows, d.batch_size) * rows
-    val = DataLoader(Rows(x1_val[:n_val]), sampler=BatchSampler(SequentialSampler(range(n_val)), n_val, False),
-                     batch_size=None)
+    val = whole_batch(Rows(x1_val[:n_val]))
     records = fit(module, corrupted_only_loader(x1_train, d, per_epoch, seed), val,
                   max_epochs=math.ceil(d.generator_steps / per_epoch),
                   max_steps=d.generator_steps * rows,  # manual optimisation: every optimiser step counts

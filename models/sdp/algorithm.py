@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, SequentialSampler
 
 from models.common.diffusion import DDPMSchedule, ddim_sample, ddim_timesteps
 
@@ -53,30 +52,6 @@ class Normaliser:
 
 def tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
-
-
-class Rows(Dataset):
-    """Rows of several tensors, fetched a whole batch of indices at a time."""
-
-    def __init__(self, *tensors: torch.Tensor) -> None:
-        self.tensors = tensors
-
-    def __len__(self) -> int:
-        return len(self.tensors[0])
-
-    def __getitem__(self, index):
-        return tuple(t[index] for t in self.tensors)
-
-
-def random_batches(dataset: Dataset, batch_size: int, batches: int, seed: int) -> DataLoader:
-    sampler = RandomSampler(dataset, replacement=True, num_samples=batch_size * batches,
-                            generator=torch.Generator().manual_seed(seed))
-    return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=True), batch_size=None)
-
-
-def whole_batch(dataset: Dataset) -> DataLoader:
-    n = len(dataset)
-    return DataLoader(dataset, sampler=BatchSampler(SequentialSampler(range(n)), n, False), batch_size=None)
 
 
 # ----------------------------------------------------------------------------- training

@@ -96,19 +96,17 @@ import torch
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
 from models.common import plotting
+from models.common.batches import Rows, random_batches, whole_batch
 from models.common.lightning import fit, set_threads
 
 from .algorithm import (
     DiffusionPolicyModule,
     Normaliser,
-    Rows,
     equivariance_error,
     make_schedule,
     policy_equivariance_error,
-    random_batches,
     sample_actions,
     success_metrics,
-    whole_batch,
 )
 from .config import Config
 from .data import (
