@@ -47,8 +47,8 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
         tracking.fail_run(root, run_id, reason)
         champion, _ = promotion.champion_metric(tracking.client(root), spec)
         return PublishResult(**common, version=None, promoted=False, champion_version=champion, reason=reason)
-    model = spec.module().load_model(cfg, layout.model_dir)
-    version = tracking.log_model(root, run_id, spec, model)
+    spec.module().load_model(cfg, layout.model_dir)  # a model its own loader cannot rebuild is never registered
+    version = tracking.log_model(root, run_id, spec, cfg, layout.model_dir)
     decision = promotion.decide_and_alias(root, spec, version, metrics, claim)
     c = tracking.client(root)
     c.set_tag(run_id, "paperline.decision", "promoted" if decision.promoted else "kept")

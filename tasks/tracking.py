@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import warnings
 from pathlib import Path
-from typing import Any
 
 from models.base import ClaimResult, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts
 
@@ -235,31 +234,26 @@ def dvc_data_hash(root: Path, spec: MethodSpec) -> str | None:
     return None
 
 
-PIP_REQUIREMENTS = ["torch==2.13.0", "numpy", "cloudpickle"]
+PIP_REQUIREMENTS = ["torch==2.13.0", "numpy"]
+MODEL_CODE = Path(__file__).with_name("registered_model.py")
 
 
-def log_model(root: Path, run_id: str, spec: MethodSpec, model: Any) -> str:
-    """Log the model into ``run_id`` and register it as ``paperline.<slug>``; returns the version."""
+def log_model(root: Path, run_id: str, spec: MethodSpec, cfg: MethodConfig, model_dir: Path) -> str:
+    """Log ``model_dir`` + ``cfg`` into ``run_id`` as a models-from-code pyfunc (``tasks/registered_model.py``:
+    rebuilt by the method's own loader, no pickle) and register it as ``paperline.<slug>``; returns the version."""
+    import tempfile
+
     import mlflow
 
     client(root)  # sets the tracking URI
-    name = registered_name(spec)
-    with _quiet_model_logging(), mlflow.start_run(run_id=run_id, nested=False, log_system_metrics=False):
-        if _is_torch_module(model):
-            import mlflow.pytorch
-
-            info = mlflow.pytorch.log_model(
-                model, name="model", serialization_format="pickle",
-                pip_requirements=PIP_REQUIREMENTS, registered_model_name=name,
-            )
-        else:
-            import mlflow.pyfunc
-
-            from tasks.pyfunc import PredictorModel
-
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "config.json"
+        config.write_text(cfg.model_dump_json(indent=1))
+        with _quiet_model_logging(), mlflow.start_run(run_id=run_id, nested=False, log_system_metrics=False):
             info = mlflow.pyfunc.log_model(
-                name="model", python_model=PredictorModel(model),
-                pip_requirements=PIP_REQUIREMENTS, registered_model_name=name,
+                name="model", python_model=str(MODEL_CODE), model_config={"method": spec.slug},
+                artifacts={"model_dir": str(model_dir), "config": str(config)},
+                pip_requirements=PIP_REQUIREMENTS, registered_model_name=registered_name(spec),
             )
     # log_model's start_run context ended the run FINISHED; publish sets the final status.
     return str(info.registered_model_version)
@@ -267,7 +261,7 @@ def log_model(root: Path, run_id: str, spec: MethodSpec, model: Any) -> str:
 
 @contextlib.contextmanager
 def _quiet_model_logging():
-    """Silence MLflow's advice that does not apply here (cloudpickle of our own wrapper, type hints)."""
+    """Silence MLflow's advice that does not apply here (signatures, type hints)."""
     loggers = [logging.getLogger(n) for n in ("mlflow.pyfunc", "mlflow.models.model", "mlflow.pytorch")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
@@ -280,15 +274,6 @@ def _quiet_model_logging():
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
-
-
-def _is_torch_module(model: Any) -> bool:
-    try:
-        import torch
-
-        return isinstance(model, torch.nn.Module)
-    except ImportError:
-        return False
 
 
 def registered_name(spec: MethodSpec) -> str:

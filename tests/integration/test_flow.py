@@ -1,5 +1,8 @@
 """A Prefect flow end to end: MLflow run, nested variant runs, registered versions, aliases."""
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 
 from models.base import Scale, read_dataset
@@ -40,8 +43,16 @@ def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project)
     assert first["version"] == "1" and first["promoted"]
     assert str(c.get_model_version_by_alias(name, "champion").version) == "1"
     assert str(c.get_model_version_by_alias(name, "challenger").version) == "1"
+    # The registered model is the method's model folder + config, rebuilt by its own loader: same answers,
+    # and no pickled object anywhere in the registry (MLflow "models from code").
     model = mlflow.pyfunc.load_model(f"models:/{name}@champion")
-    assert model is not None
+    rows = np.array([[h, s, m] for h in range(2) for s in range(3) for m in (1, 2, 3)])
+    own = spec.module().load_model(spec.make_config("smoke"), project / "outputs" / SLUG / "model")
+    np.testing.assert_array_equal(model.predict(rows), own.predict(rows))
+    local = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@champion"))
+    files = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()}
+    assert "registered_model.py" in files and any(f.endswith("config.json") for f in files), files
+    assert not [f for f in files if f.endswith((".pkl", ".pickle", ".pth"))], files
 
     artifact = Artifact.get("claim-sleeping-rl")
     assert artifact is not None and "| sleeping_rl |" in artifact.data
