@@ -131,7 +131,7 @@ class Config(MethodConfig):
     batch_pairs: int = Field(64, ge=1)  # offline variants (SFT, DPO): pairs per step
     lr: float = Field(1e-3, gt=0, le=1)
     dpo_betas: tuple[float, ...] = (0.1, 0.5)
-    kl_beta: float = Field(0.1, gt=0, le=100)  # RLHF's KL coefficient (= the first DPO beta: same optimum)
+    kl_beta: float = Field(0.1, gt=0, le=100)  # RLHF's KL coefficient (= the first DPO beta: same optimum under the oracle reward)
     # The learned Bradley-Terry reward model that RLHF uses (trained on the same pairs as DPO).
     reward_epochs: int = Field(8, ge=1)
     reward_lr: float = Field(1e-3, gt=0, le=1)

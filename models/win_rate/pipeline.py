@@ -20,7 +20,8 @@ Two parts, both with a known Bradley-Terry oracle p(y > y' | x) = sigma(r(x,y) -
         nlhf        RLOO self-play: reward = mean oracle preference over the other samples of the group
         wro_{h}     direct h-win-rate RLOO against the oracle, reward h(p(y > y')) with y' ~ q,
                     h in {id, log, logit}
-        dpo_b{beta} DPO on the pairs (baseline; beta = kl_beta shares RLHF's optimum)
+        dpo_b{beta} DPO on the pairs (baseline; at beta = kl_beta its population optimum q e^{r/beta} is
+                    RLHF's with the oracle reward r; RLHF's own optimum uses its learned r_hat)
         sft         maximum likelihood on the preferred responses
       all from the anchor, same steps and seeds. Responses are enumerated (V^L = 4096 per prompt),
       so the win rate against q, every objective's population value, its optimum and the
