@@ -64,8 +64,13 @@ class PerturbationSampler:
             self.curvature = normalised
         else:
             self.curvature = [(1 - self.ema) * c + self.ema * f for c, f in zip(self.curvature, normalised)]
+        self.set_curvature(self.curvature)
+
+    def set_curvature(self, curvature: list[torch.Tensor]) -> None:
+        """Install C_m as it is (a checkpoint's) and factorise C_m + rho I."""
+        self.curvature = curvature
         self.cholesky = [torch.linalg.cholesky(c + self.rho * torch.eye(len(c), dtype=c.dtype, device=c.device))
-                         for c in self.curvature]
+                         for c in curvature]
 
     def covariance_blocks(self) -> list[torch.Tensor]:
         """Closed form of the raw probes' covariance per block: (1 + rho)(C_m + rho I)^-1 (or I)."""
@@ -180,6 +185,19 @@ class ZOModule(L.LightningModule):
             self.log_dict({f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]}, on_step=False, on_epoch=True,
                           batch_size=len(y), add_dataloader_idx=False)
         return losses
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # What a resumed run needs beyond weights and Adam: the curvature EMA, the probe stream and the
+        # query count (tensors and ints only: resume loads with weights_only=True).
+        checkpoint["zo_state"] = {"queries": self.queries, "probe_rng": self.probes.get_state(),
+                                  "curvature": self.sampler.curvature}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        state = checkpoint["zo_state"]
+        self.queries = int(state["queries"])
+        self.probes.set_state(state["probe_rng"])
+        if state["curvature"] is not None:
+            self.sampler.set_curvature(list(state["curvature"]))
 
     def on_train_start(self) -> None:
         self._started = time.perf_counter()

@@ -300,3 +300,42 @@ def test_smoke_pipeline_end_to_end(arch, tmp_path):
     assert torch.equal(model.theta.detach(), state["theta"])
     loss, _ = chip_metrics(model, model.theta.detach()[None], x, torch.zeros(3, dtype=torch.long))
     assert torch.isfinite(loss).all()
+
+
+def test_interrupted_zo_run_resumes_with_its_sampler_state(tmp_path):
+    """A killed ZO fit resumes from last.ckpt with the curvature EMA, probe stream and query count it had:
+    the resumed run ends exactly where an uninterrupted one does (weights alone would not)."""
+    import lightning as L
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from models.common.lightning import fit
+    from models.common.runtime import checkpointing
+    from models.zo_natural.algorithm import ZOModule
+    from models.zo_natural.config import ZOConfig
+
+    class Crash(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                raise SystemExit("killed")
+
+    x = _inputs(40, 12)
+    y = torch.randint(0, 10, (40,), generator=torch.Generator().manual_seed(1))
+    loader = DataLoader(TensorDataset(x, y), batch_size=10, shuffle=False)
+    zo = ZOConfig(n_probes=4, fisher_every=3, fisher_ema=0.5)
+
+    def run(callbacks=()):
+        chip = _mesh()
+        sampler = PerturbationSampler(chip.blocks, natural=True, rho=zo.rho, ema=zo.fisher_ema)
+        module = ZOModule(chip, chip.nominal(), sampler, zo, lr=1e-2, probe_seed=7)
+        fit(module, loader, max_epochs=4, seed=0, callbacks=list(callbacks))
+        return module
+
+    full = run()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        run([Crash()])
+    with checkpointing(tmp_path):
+        resumed = run()
+    assert resumed.queries == full.queries == 4 * 4 * (zo.n_probes + 1)
+    torch.testing.assert_close(resumed.chip.theta, full.chip.theta, rtol=0, atol=1e-12)
+    for a, b in zip(resumed.sampler.curvature, full.sampler.curvature):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
