@@ -44,6 +44,9 @@ class DataConfig(StrictModel):
     n_v: int = Field(1000, ge=10)
     n_c: int = Field(2000, ge=10)
     n_u: int = Field(500, ge=10)
+    # B, V, C and U hold only questions that no earlier split (in particular A, the small LM's training
+    # data) holds: the brief's "held out from its training".
+    held_out_distinct: bool = True
     # The "large LLM" (the paper's Llama3-70B): a calculator that answers correctly with this probability.
     large_accuracy: float = Field(0.95, ge=0, le=1)
     # Small-LM pretraining on split A: deliberately long (overfit, overconfident), no label smoothing.
@@ -63,6 +66,9 @@ class Config(MethodConfig):
         "smoke": {
             "data.max_add_width": 1,
             "data.max_mul_width": 1,
+            # Smoke only: its 1-epoch LM answers no unseen question, so every held-out question would be
+            # wrong and the Self-REF / fine-tuned-logits data empty; 1-digit questions (200) are all in A anyway.
+            "data.held_out_distinct": False,
             "data.n_a": 2000,
             "data.n_b": 500,
             "data.n_v": 200,

@@ -56,8 +56,33 @@ def sample_split(cfg: DataConfig, n: int, split: str, rng: np.random.Generator) 
 
 
 def make_questions(cfg: DataConfig, rng: np.random.Generator) -> list[dict]:
+    """All splits; with ``held_out_distinct`` B, V, C and U hold distinct questions that no earlier split
+    holds (the brief: B is held out from the small LM's training on A, and its labels must come from
+    questions it was not trained on).
+
+    Small operand groups (100 one-digit sums) are exhausted by A first, so held-out splits lean towards
+    wider operands; A itself may repeat questions (it is a training corpus).
+    """
     sizes = {"A": cfg.n_a, "B": cfg.n_b, "V": cfg.n_v, "C": cfg.n_c, "U": cfg.n_u}
-    return [rec for split in SPLITS for rec in sample_split(cfg, sizes[split], split, rng)]
+    if not cfg.held_out_distinct:
+        return [rec for split in SPLITS for rec in sample_split(cfg, sizes[split], split, rng)]
+    out = sample_split(cfg, cfg.n_a, "A", rng)
+    seen = {r["prompt"] for r in out}
+    for split in SPLITS[1:]:
+        fresh: list[dict] = []
+        for _ in range(50):
+            for rec in sample_split(cfg, 2 * (sizes[split] - len(fresh)) + 16, split, rng):
+                if rec["prompt"] not in seen and len(fresh) < sizes[split]:
+                    seen.add(rec["prompt"])
+                    fresh.append(rec)
+            if len(fresh) == sizes[split]:
+                break
+        else:
+            raise ValueError(f"data: only {len(fresh)} of data.n_{split.lower()}={sizes[split]} split-{split} "
+                             f"questions are new at max_add_width={cfg.max_add_width}, "
+                             f"max_mul_width={cfg.max_mul_width}; widen the operands or shrink the split")
+        out += fresh
+    return out
 
 
 def write_jsonl(path: Path, records: list[dict]) -> None:

@@ -187,6 +187,15 @@ def test_questions_have_the_configured_widths_and_answers():
         assert (len(a) == len(b) == width + 1) if rec["split"] == "U" else (len(a) <= width and len(b) <= width)
     assert records == make_questions(cfg, np.random.default_rng(0))  # deterministic from the seed
     assert P.target_text({"answer": "120"}, reverse=True) == "021"
+    # held out: no B/V/C/U question was in the small LM's training split A, nor in another held-out split
+    held_out = [r["prompt"] for r in records if r["split"] != "A"]
+    assert len(set(held_out)) == len(held_out) and not set(held_out) & {r["prompt"] for r in splits["A"]}
+    with pytest.raises(ValueError, match="n_c=150"):  # 1-digit questions: 200 exist, A takes most of them
+        make_questions(DataConfig(max_add_width=1, max_mul_width=1, n_a=300, n_b=10, n_v=10, n_c=150, n_u=10),
+                       np.random.default_rng(0))
+    overlapping = make_questions(DataConfig(n_a=300, n_b=20, n_v=20, n_c=50, n_u=40, held_out_distinct=False),
+                                 np.random.default_rng(0))  # the pre-fix sampler, kept for smoke
+    assert {r["prompt"] for r in overlapping if r["split"] == "C"} & {r["prompt"] for r in overlapping if r["split"] == "A"}
 
 
 def test_jsonl_loader_reads_gsm8k_style_answers(tmp_path):
