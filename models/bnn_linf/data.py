@@ -115,7 +115,8 @@ def distort_ecg(X: np.ndarray, kind: str, level: float, sampling_rate: int, chun
         elif kind == "baseline":  # respiration-like wander around 0.5 Hz
             kwargs.update(noise_shape="gaussian", noise_amplitude=level, noise_frequency=0.5)
         elif kind == "motion":  # about one 10 Hz Laplace burst per window
-            kwargs.update(artifacts_amplitude=level, artifacts_frequency=10, artifacts_number=len(block))
+            # neurokit2 uses artifacts_amplitude twice (Laplace scale and multiplier): sqrt keeps it linear in level.
+            kwargs.update(artifacts_amplitude=math.sqrt(level), artifacts_frequency=10, artifacts_number=len(block))
         else:
             raise ValueError(f"unknown ECG noise {kind!r}")
         with warnings.catch_warnings():

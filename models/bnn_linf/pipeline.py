@@ -19,7 +19,8 @@ Variants, all trained on clean data under the same budget and seeds, tested unde
 Assumptions and deliberate deviations (all [inferred] in the brief unless stated):
 * Data: no ECG/MRI/CIFAR download is possible here. ECG is synthesised with neurokit2 ecgsyn
   (3 heart-rate bands = 3 classes); noise is neurokit2 ``signal_distort`` (white, 50 Hz
-  powerline, baseline wander, motion bursts) at 0.25/0.5/1.0 x the signal std (SNR 12, 6, 0 dB).
+  powerline, baseline wander, motion bursts) at 0.25/0.5/1.0 x the signal std (SNR 12, 6, 0 dB; for the
+  powerline the level is the sine's peak, so ~15, 9, 3 dB; inside motion bursts the Laplace std is sqrt(2) x).
   neurokit2 synthesises tones only up to fs/10, so noise is made on a 4x upsampled copy and read
   back at the 125 Hz samples (else the 50 Hz powerline silently vanishes). The second modality
   is scikit-learn digits with Gaussian / salt-and-pepper noise. Loaders for a user-supplied ECG

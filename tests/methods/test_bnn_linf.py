@@ -191,6 +191,9 @@ def test_baseline_wander_is_slow_and_motion_artifacts_are_bursts():
     m = distort_ecg(X, "motion", 0.5, fs, chunk=10, seed=2) - X
     touched = np.mean(np.abs(m) > 0)
     assert 0 < touched < 0.5
+    # like every other noise kind, motion noise grows linearly with the level (same bursts, same seed)
+    big = distort_ecg(X, "motion", 1.0, fs, chunk=10, seed=2) - X
+    assert np.abs(big).sum() / np.abs(m).sum() == pytest.approx(2.0, rel=0.01)
 
 
 def test_image_noise_levels():
