@@ -102,6 +102,29 @@ class EpochCheckpoint(Callback):
         self.trainer = trainer
         pl_module.log(EPOCH_MARK, 1.0, on_step=False, on_epoch=True, logger=True, prog_bar=False)
 
+    # The global RNG states travel with the checkpoint, so that a resumed fit draws the same shuffles, noise
+    # and dropout masks as an uninterrupted one. Tensors and ints only: resume loads with weights_only=True.
+    def state_dict(self) -> dict[str, Any]:
+        import random
+
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = np.random.get_state()
+        return {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype("int64")),
+                "numpy": [kind, int(pos), int(has_gauss), float(cached)], "python": random.getstate()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        import random
+
+        import numpy as np
+
+        if not state:  # a checkpoint written before RNG states were saved
+            return
+        torch.set_rng_state(state["torch"])
+        kind, pos, has_gauss, cached = state["numpy"]
+        np.random.set_state((kind, state["numpy_keys"].numpy().astype("uint32"), pos, has_gauss, cached))
+        random.setstate(state["python"])
+
     def save(self) -> None:
         if self.trainer is None or self.trainer.sanity_checking:
             return
@@ -111,6 +134,16 @@ class EpochCheckpoint(Callback):
         self.trainer.save_checkpoint(partial)
         os.replace(partial, self.path)
         self.last_save = time.monotonic()
+
+
+class LoaderEpoch(Callback):
+    """Tells a training loader with ``set_epoch`` (DistributedSampler's convention) which epoch starts, so
+    loaders whose batches depend on the epoch continue correctly after a resume."""
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        set_epoch = getattr(trainer.train_dataloader, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(trainer.current_epoch)
 
 
 class StopOnNonFiniteLoss(Callback):
@@ -143,7 +176,7 @@ def fit(
     warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode.*")
     L.seed_everything(seed, workers=True, verbose=False)
     history = HistoryLogger()
-    callbacks: list[Callback] = [StopOnNonFiniteLoss()]
+    callbacks: list[Callback] = [StopOnNonFiniteLoss(), LoaderEpoch()]
     ckpt_dir, resume_from = checkpoint_dir(variant), None
     if ckpt_dir is not None:
         saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds())

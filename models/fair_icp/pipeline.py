@@ -244,6 +244,11 @@ class EnsembleBatches:
     def __len__(self) -> int:
         return 2 * math.ceil(len(self.y) / self.batch_size)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Called by ``fit`` at every epoch start: a resumed fit continues with the next epoch's copies and
+        shuffles instead of replaying epoch 0's."""
+        self.epoch = epoch
+
     def __iter__(self):
         epoch, self.epoch = self.epoch, self.epoch + 1
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)

@@ -92,3 +92,80 @@ def test_bad_checkpoint_interval_names_the_variable(monkeypatch, value):
     monkeypatch.setenv("PAPERLINE_CHECKPOINT_SECONDS", value)
     with pytest.raises(ValueError, match="PAPERLINE_CHECKPOINT_SECONDS"):
         checkpoint_seconds()
+
+
+class NoisyRegressor(Regressor):
+    """Training draws from the global RNGs (input noise, dropout): resuming must continue their streams."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropout = torch.nn.Dropout(0.3)
+
+    def training_step(self, batch, batch_idx):
+        import random
+
+        import numpy as np
+
+        x, y = batch
+        x = x + 0.1 * torch.randn_like(x) + float(np.random.normal()) * 0.01 + random.random() * 0.01
+        loss = torch.nn.functional.mse_loss(self.net(self.dropout(x)), y)
+        self.log("train/loss", loss, on_step=False, on_epoch=True)
+        return loss
+
+
+def test_resumed_fit_continues_the_random_streams(tmp_path):
+    """Shuffled batches, noise and dropout after a resume are those of the uninterrupted fit."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 4, generator=g)
+
+    def train(callbacks=()):
+        torch.manual_seed(0)
+        module = NoisyRegressor()
+        loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16, shuffle=True)
+        return module, fit(module, loader, max_epochs=5, seed=0, callbacks=list(callbacks))
+
+    full, full_records = train()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        train([Crash(epoch=3)])
+    with checkpointing(tmp_path):
+        resumed, records = train()
+    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-6)
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+class EpochSeededBatches:
+    """A loader whose batches depend on an epoch counter it keeps itself (as fair_icp's EnsembleBatches)."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x, self.epoch = x, 0
+
+    def __len__(self) -> int:
+        return 4
+
+    def __iter__(self):
+        epoch, self.epoch = self.epoch, self.epoch + 1
+        gen = torch.Generator().manual_seed(epoch)
+        for idx in torch.randperm(len(self.x), generator=gen).split(16):
+            yield self.x[idx] * (1 + epoch), self.x[idx].sum(1, keepdim=True)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+def test_an_epoch_keyed_loader_resumes_at_its_next_epoch(tmp_path):
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+
+    def train(callbacks=()):
+        torch.manual_seed(0)
+        module = Regressor(lr=0.002)
+        return module, fit(module, EpochSeededBatches(x), max_epochs=5, seed=0, callbacks=list(callbacks))
+
+    full, full_records = train()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        train([Crash(epoch=3)])
+    with checkpointing(tmp_path):
+        resumed, records = train()
+    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-6)
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
