@@ -94,6 +94,18 @@ def test_bad_checkpoint_interval_names_the_variable(monkeypatch, value):
         checkpoint_seconds()
 
 
+def _assert_killed_and_resumed_equals_uninterrupted(train, tmp_path) -> None:
+    """``train(callbacks)`` -> (module, records): killed at epoch 3 then resumed, it ends as a full run does."""
+    full, full_records = train()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        train([Crash(epoch=3)])
+    with checkpointing(tmp_path):
+        resumed, records = train()
+    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-6)
+    for a, b in zip(full.parameters(), resumed.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
 class NoisyRegressor(Regressor):
     """Training draws from the global RNGs (input noise, dropout): resuming must continue their streams."""
 
@@ -124,14 +136,7 @@ def test_resumed_fit_continues_the_random_streams(tmp_path):
         loader = DataLoader(TensorDataset(x, x.sum(1, keepdim=True)), batch_size=16, shuffle=True)
         return module, fit(module, loader, max_epochs=5, seed=0, callbacks=list(callbacks))
 
-    full, full_records = train()
-    with checkpointing(tmp_path), pytest.raises(SystemExit):
-        train([Crash(epoch=3)])
-    with checkpointing(tmp_path):
-        resumed, records = train()
-    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-6)
-    for a, b in zip(full.parameters(), resumed.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    _assert_killed_and_resumed_equals_uninterrupted(train, tmp_path)
 
 
 class EpochSeededBatches:
@@ -161,11 +166,4 @@ def test_an_epoch_keyed_loader_resumes_at_its_next_epoch(tmp_path):
         module = Regressor(lr=0.002)
         return module, fit(module, EpochSeededBatches(x), max_epochs=5, seed=0, callbacks=list(callbacks))
 
-    full, full_records = train()
-    with checkpointing(tmp_path), pytest.raises(SystemExit):
-        train([Crash(epoch=3)])
-    with checkpointing(tmp_path):
-        resumed, records = train()
-    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-6)
-    for a, b in zip(full.parameters(), resumed.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    _assert_killed_and_resumed_equals_uninterrupted(train, tmp_path)
