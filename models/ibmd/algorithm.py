@@ -191,23 +191,27 @@ def teacher_sample(teacher: BridgeNet, bridge: BridgeSchedule, x1: torch.Tensor,
 
 @torch.no_grad()
 def mean_pairwise_distance(a: torch.Tensor, b: torch.Tensor, exclude_diagonal: bool = False, chunk: int = 2048) -> float:
-    """Mean Euclidean distance over all pairs (a_i, b_j) (i != j when a is b); float64 sums."""
+    """Mean Euclidean distance over all pairs (a_i, b_j) (i != j with ``exclude_diagonal``); float64 sums."""
     total = 0.0
     for i in range(0, len(a), chunk):
         total += torch.cdist(a[i : i + chunk].float(), b.float()).double().sum().item()
-    # The diagonal of a set against itself is zero up to rounding: subtract nothing, divide by n(n-1).
+    if exclude_diagonal:  # the pairs (a_i, b_i): zero up to rounding when a is b
+        total -= (a.double() - b.double()).norm(dim=1).sum().item()
     pairs = len(a) * len(b) - (len(a) if exclude_diagonal else 0)
     return total / pairs
 
 
-def energy_distance(x: torch.Tensor, y: torch.Tensor, y_self: float | None = None) -> float:
+def energy_distance(x: torch.Tensor, y: torch.Tensor, y_self: float | None = None, paired: bool = False) -> float:
     """Unbiased energy distance 2 E|X - Y| - E|X - X'| - E|Y - Y'| (U-statistics; ~0 for equal laws).
 
-    ``y_self`` = E|Y - Y'| may be passed in when ``y`` is the same reference for many ``x``.
+    ``y_self`` = E|Y - Y'| may be passed in when ``y`` is the same reference for many ``x``. ``paired``:
+    x_i and y_i share a coordinate (the same corrupted x1), so the cross term skips the dependent pairs (i, i).
     """
     if y_self is None:
         y_self = mean_pairwise_distance(y, y, True)
-    return 2 * mean_pairwise_distance(x, y) - mean_pairwise_distance(x, x, True) - y_self
+    if paired and len(x) != len(y):
+        raise ValueError(f"paired energy distance needs equal sample sizes, got {len(x)} and {len(y)}")
+    return 2 * mean_pairwise_distance(x, y, paired) - mean_pairwise_distance(x, x, True) - y_self
 
 
 @torch.no_grad()

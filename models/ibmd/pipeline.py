@@ -311,7 +311,7 @@ def evaluate_setup(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, see
     values: dict[str, float] = {}
     for name, x in samples.items():
         joint = torch.cat([x, x1], 1)
-        values[f"{name}/ed"] = energy_distance(joint, joint_true, true_self)
+        values[f"{name}/ed"] = energy_distance(joint, joint_true, true_self, paired=True)
         values[f"{name}/sw2"] = sliced_w2(joint, joint_true, seed=seed)
         values[f"{name}/mse"] = float(((x - x0) ** 2).mean())
     if setup.toy and x0.shape[1] >= 2:
@@ -321,7 +321,7 @@ def evaluate_setup(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, see
         if x0.shape[1] == 2 and not cfg.data.pairs_npz:
             oracle = tensor(sample_toy_posterior(arrays["x1_test"], cfg.data, np.random.default_rng([cfg.seed, 3])))
             samples["oracle"] = oracle
-            values["oracle/ed"] = energy_distance(torch.cat([oracle, x1], 1), joint_true, true_self)
+            values["oracle/ed"] = energy_distance(torch.cat([oracle, x1], 1), joint_true, true_self, paired=True)
             values["oracle/sw2"] = sliced_w2(torch.cat([oracle, x1], 1), joint_true, seed=seed)
             values["oracle/frac_bimodal"] = bimodal_fraction(oracle, cfg.bimodal_threshold)
     if setup.name == "digits":

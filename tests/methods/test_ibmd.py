@@ -20,6 +20,7 @@ from models.ibmd.algorithm import (
     energy_distance,
     generator_loss,
     loss_weight,
+    mean_pairwise_distance,
     sliced_w2,
 )
 from models.ibmd.config import BridgeConfig, Config, DataConfig, DistillConfig, TeacherConfig
@@ -249,6 +250,12 @@ def test_energy_distance_against_scipy_and_closed_forms():
     assert energy_distance(torch.zeros(50, 2), torch.tensor([[3.0, 4.0]]).expand(60, 2)) == pytest.approx(10.0)
     same = energy_distance(torch.randn(2000, 2, generator=g), torch.randn(2000, 2, generator=g))
     assert abs(same) < 0.01
+    # Paired samples (x_i, y_i share x1): the dependent pairs (i, i) leave the cross term. With y = x the two
+    # laws are equal, so the paired estimate is exactly 0; the unpaired one is biased by -2 E|X - X'| / n.
+    z = torch.randn(40, 3, generator=g)
+    m = mean_pairwise_distance(z, z, True)
+    assert energy_distance(z, z.clone(), paired=True) == pytest.approx(0.0, abs=1e-9)
+    assert energy_distance(z, z.clone()) == pytest.approx(-2 * m / 40, rel=1e-9)
 
 
 def test_sliced_w2_of_a_shift_and_in_one_dimension():
