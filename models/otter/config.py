@@ -75,6 +75,7 @@ class BCConfig(StrictModel):
 class Config(MethodConfig):
     SCALES: ClassVar[dict[str, dict]] = {
         "smoke": {
+            "n_seeds": 1,
             "data.n_pretrain": 64,
             "data.n_demos": 16,
             "data.n_eval": 4,
@@ -100,7 +101,7 @@ class Config(MethodConfig):
     policy: PolicyConfig = PolicyConfig()
     baseline: BaselineConfig = BaselineConfig()
     bc: BCConfig = BCConfig()
-    n_seeds: int = Field(1, ge=1)  # behaviour-cloning seeds seed, seed+1, ... (all arms share them)
+    n_seeds: int = Field(3, ge=1)  # behaviour-cloning seeds seed, seed+1, ... (all arms share them); brief: 3
     # Real CLIP weights (an OpenAI-layout state dict, .pt) under data/; "" = the encoder pretrained in prepare.
     clip_weights: RelPath = ""
     clip_head_width: int = Field(64, ge=1)  # OpenAI CLIP: heads = width / 64

@@ -42,7 +42,10 @@ Deliberate deviations, and why:
   target hard to decode for a small head, brief). Temperature: learnable from 0.07 (PyTorch code),
   clamped below at 0.01 (the JAX clip on the inverse temperature), logged.
 * Budget: 600 BC steps at batch 64, AdamW (weight decay 0.01), no warm-up/cosine schedule, no
-  augmentation; 1 seed by default (``n_seeds``; 3 at paper scale).
+  augmentation. 3 behaviour-cloning seeds at default and paper scale (the brief: "3 seeds for the
+  claim"); a single seed decides nothing here: OTTER's held-out success was 0.60 / 0.43 / 0.85 on seeds
+  0 / 1 / 2 against the fine-tuned arm's 0.41 / 0.35 / 0.19 (session-3 audit). This puts the default
+  at ~3x the one-seed time (~4 min on 2 cores), over the project's 90 s target by decision.
 """
 
 from __future__ import annotations
@@ -198,10 +201,13 @@ class BehaviourCloning(L.LightningModule):
         encoder = [p for p in self.policy.encoder.parameters() if p.requires_grad]
         ids = {id(p) for p in self.policy.encoder.parameters()}
         head = [p for p in self.policy.parameters() if p.requires_grad and id(p) not in ids]
-        groups = [{"params": head, "lr": self.cfg.lr}]
-        if encoder:
-            groups.append({"params": encoder, "lr": self.cfg.encoder_lr})
-        return torch.optim.AdamW(groups, weight_decay=self.cfg.weight_decay)
+        groups = []
+        for params, lr in ((head, self.cfg.lr), (encoder, self.cfg.encoder_lr)):
+            # OTTER's add_weight_decay: no decay on norms, biases and scalars (log_tau), i.e. tensors below 2-D
+            decay, no_decay = [p for p in params if p.ndim >= 2], [p for p in params if p.ndim < 2]
+            groups += [{"params": ps, "lr": lr, "weight_decay": wd}
+                       for ps, wd in ((decay, self.cfg.weight_decay), (no_decay, 0.0)) if ps]
+        return torch.optim.AdamW(groups)
 
 
 @torch.no_grad()
@@ -393,7 +399,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         sanity["probe_localisation_heldout_ge_0.9"] = v["probe/localisation_heldout"] >= 0.9
         sanity["method_seen_success_ge_0.8"] = a_seen >= 0.8
         sanity["finetuned_encoder_changed"] = v["finetuned/encoder_unchanged"] == 0.0
-    holds = a_held >= 0.5 and a_held >= b_held + 0.2 and a_held >= c_held + 0.3
+    tol = 1e-9  # success rates are counts / n: 0.6 >= 0.4 + 0.2 must hold despite float round-off
+    holds = a_held >= 0.5 - tol and a_held >= b_held + 0.2 - tol and a_held >= c_held + 0.3 - tol
     return ClaimResult(
         statement=("Held-out-target success of OTTER on the frozen encoder >= 0.5, >= the fine-tuned-encoder "
                    "OTTER + 0.2 and >= the all-tokens frozen head + 0.3 "

@@ -125,6 +125,12 @@ def test_encoder_frozen_during_behaviour_cloning():
     assert not any(p.requires_grad for p in policy.encoder.parameters())
     module = BehaviourCloning(policy, cfg)
     opt = module.configure_optimizers()
+    # OTTER's add_weight_decay: matrices decay, norms / biases / log_tau do not
+    decay_of = {id(p): g["weight_decay"] for g in opt.param_groups for p in g["params"]}
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    assert set(decay_of) == {id(p) for p in trainable}
+    assert all(decay_of[id(p)] == (cfg.bc.weight_decay if p.ndim >= 2 else 0.0) for p in trainable)
+    assert decay_of[id(policy.log_tau)] == 0.0 and cfg.bc.weight_decay > 0
     batch = (torch.randint(0, 256, (4, 32, 32, 3), dtype=torch.uint8), torch.tensor([[0, 4]] * 4), torch.rand(4, 2), torch.rand(4, 2))
     policy.train()
     assert not policy.encoder.training
