@@ -89,6 +89,19 @@ def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> No
         e.lerp_(p, 1 - decay)
 
 
+@torch.no_grad()
+def trainer_ema_step(ema: torch.nn.Module, model: torch.nn.Module, step: int, decay: float, start: int,
+                     every: int) -> None:
+    """The official 3-D ``Trainer.step_ema`` after optimiser step ``step`` (0-based): every ``every`` steps, a
+    copy of the model before step ``start`` and an exponential moving average from then on."""
+    if step % every:
+        return
+    if step < start:
+        ema.load_state_dict(model.state_dict())
+    else:
+        ema_update(ema, model, decay)
+
+
 def noisy(schedule: DDPMSchedule, x0: torch.Tensor, stage: str, batch_idx: int):
     """(t, noise, x_t): random in training, a fixed draw per validation batch (comparable across epochs)."""
     g = torch.Generator(device=x0.device).manual_seed(10_000 + batch_idx) if stage != "train" else None
@@ -174,7 +187,9 @@ class FusionTraining(L.LightningModule):
         self.shared_step(batch, "val", batch_idx)
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        ema_update(self.ema, self.model.fusion, self.cfg.ema)
+        if (batch_idx + 1) % self.cfg.grad_accum == 0:  # an optimiser step was taken
+            trainer_ema_step(self.ema, self.model.fusion, self.global_step - 1, self.cfg.ema, self.cfg.ema_start,
+                             self.cfg.ema_every)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.model.fusion.parameters(), lr=self.cfg.lr)

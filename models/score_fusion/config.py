@@ -88,6 +88,10 @@ class FusionTrainConfig(TrainConfig):
     l2_weight: float = Field(150.0, ge=0)
     crop: int = Field(0, ge=0)  # random cubic crops for training (official phase 1: 64); 0 = whole volumes
     grad_accum: int = Field(1, ge=1)
+    # The official 3-D Trainer's EMA (step_start_ema = 2000, update_ema_every = 10): the "EMA" is a copy of the
+    # model until ema_start optimiser steps, then an average updated every ema_every steps.
+    ema_start: int = Field(2000, ge=0)
+    ema_every: int = Field(10, ge=1)
 
 
 class EvalConfig(StrictModel):

@@ -41,7 +41,10 @@ Deliberate deviations (and why):
   implemented; this is phase 1 (fusion in score space), the part the claim is about.
 * Optimisation: Adam lr 1e-3 and EMA 0.99 for both stages (official 5e-5 / 1e-5 with EMA 0.9999 /
   0.995 assume 10^5 steps; at a few hundred steps they would not move the weights). The 3-D loss is
-  the official hybrid 5 L1 + 150 L2 on epsilon.
+  the official hybrid 5 L1 + 150 L2 on epsilon. The fusion stage keeps the official 3-D Trainer's EMA
+  schedule (a copy of the model until step 2000, then an average every 10 steps), so at the default
+  300 steps the evaluated fusion weights are those of step 290. (Until session 3 the EMA ran from step
+  0, which held the zero-initialised net ~100 steps behind and nearer merge: eps-MSE ratio 0.951.)
 * Sampling: DDIM (25 steps, eta 0) from the shared toolkit instead of 1000-step ancestral DDPM.
   Self-consistency (x0_hat projected so its average pool is 0) is applied to *every* sampler, the
   baselines included (the official baselines run with ``--no_self_consistency``), so PSNR differences

@@ -26,6 +26,7 @@ from models.score_fusion.algorithm import (
     ssim3d,
     stratified_steps,
     tpdm_eps,
+    trainer_ema_step,
 )
 from models.score_fusion.config import Config, DataConfig, FusionTrainConfig, NetConfig, SliceNetConfig
 from models.score_fusion.data import load_brats, make_phantoms, pool_upsample
@@ -110,6 +111,20 @@ def test_score_fusion_at_initialisation_is_exactly_merge_and_trains_only_the_fus
     perturbed(model.fusion)  # a trained fusion net no longer reproduces merge
     with torch.no_grad():
         assert (model(x_t, cond, t) - model.merge(x_t, cond, t)).abs().max() > 1e-3
+
+
+def test_fusion_ema_follows_the_official_trainer_schedule():
+    """A copy of the model every 10 steps until step 2000, then a 0.995 average every 10 steps."""
+    model, ema = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    for step, value in ((0, 1.0), (5, 2.0), (1990, 3.0)):
+        torch.nn.init.constant_(model.weight, value)
+        trainer_ema_step(ema, model, step, decay=0.995, start=2000, every=10)
+    assert ema.weight.tolist() == [[3.0, 3.0]]  # step 5 was skipped; steps 0 and 1990 copied
+    torch.nn.init.constant_(model.weight, 4.0)
+    trainer_ema_step(ema, model, 2000, decay=0.995, start=2000, every=10)
+    assert ema.weight[0, 0].item() == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)
+    trainer_ema_step(ema, model, 2003, decay=0.995, start=2000, every=10)  # not a multiple of 10: untouched
+    assert ema.weight[0, 0].item() == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)
 
 
 def test_hybrid_loss_is_5_l1_plus_150_l2():
