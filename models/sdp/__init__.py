@@ -12,7 +12,8 @@ SPEC = MethodSpec(
         "Trained on yaw-only (upright-table) reach-and-align demonstrations, the SE(3)-equivariant SDP-lite "
         "(l <= 1 irreps, per-degree temporal U-net, Spherical FiLM) keeps its success on SO(3)-rotated scenes "
         "(>= 0.8x its in-distribution success) while a non-equivariant Diffusion Policy drops by >= 30 points, "
-        "and SFiLM >= flattened FiLM on the rotated scenes; SDP-lite's equivariance error < 1e-4 (float32)"
+        "and (where the FiLM ablation runs: smoke and paper scale) SFiLM >= flattened FiLM on the rotated scenes; "
+        "SDP-lite's equivariance error < 1e-4 (float32)"
     ),
     config=Config,
     impl="models.sdp.pipeline",
