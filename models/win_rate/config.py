@@ -123,9 +123,9 @@ class Config(MethodConfig):
     tabular: TabularConfig = TabularConfig()
 
     # Sequence-level experiment (B): every variant gets the same steps, batch and seeds.
-    steps: int = Field(200, ge=2)
+    steps: int = Field(300, ge=2)  # the brief: 3 seeds x 300 steps
     checkpoints: int = Field(10, ge=1)  # exact win-rate evaluations during training (plus the start)
-    n_seeds: int = Field(2, ge=1, le=16)
+    n_seeds: int = Field(3, ge=1, le=16)
     batch_prompts: int = Field(16, ge=1)  # on-policy variants: prompts per step (x group_size samples)
     group_size: int = Field(4, ge=2)  # RLOO samples per prompt
     batch_pairs: int = Field(64, ge=1)  # offline variants (SFT, DPO): pairs per step
