@@ -65,6 +65,9 @@ Deliberate deviations (and why):
   prints r̄_i and c_i per replicate). The brief's single prototype seed (15/117/1086) was a lucky draw: in
   four more replicates (session 3) (iv) held exactly where arm (c) had learned all four tasks before the reset
   (worst 1.2x with pre-reset success 1/1/1/1; 4x, 22x and 502x with 0.8/1/0.6/1, 0/0.2/0/0.4 and 1/0/0/0).
+  At paper scale (20k rounds, first reset at 5,000, 2x128) the same rule: 1.1x and 1.5x where all four
+  tasks were learned before the reset, 165x and 1296x where one or three were not; every replicate then
+  ended at success 1/1/1/1, the large recomputed c_i of the unlearned tasks doing what the paper intends.
   The check is kept as the brief wrote it and reported honestly; the claim logs the pre-reset success per task
   and ``ars_reset_tasks_learned_before_reset`` so the table shows why it fails.
 - Arm "scale_only" (the brief's arm (b)) keeps the T_init scales for the whole run; it is also the paper's
