@@ -19,11 +19,11 @@ Deliberate deviations (and why):
   * Data: the paper's PyG datasets (Cora ... Cornell) download at run time, so the default data are
     CSBMs (the brief's offline substitute); ``data.planetoid_dir``/``planetoid_name`` read the
     Planetoid raw files offline instead (loader tested on a tiny generated file).
-  * Budget (about 90 s on 2 CPU cores): 2 random splits per homophily level instead of the brief's 3,
-    and the optional Graph-Wave-Networks baseline only at smoke and paper scale. Default still takes
-    ~120 s (training ~115 s); it is left over budget on purpose: the PDE variants' best-validation
-    epochs are 117-160 of the 200 (bases 61-103), so fewer epochs would bias the comparison against
-    the method, 600 instead of 1000 nodes saved only ~20 %, and one split would halve the statistics.
+  * Budget: the brief's 3 random splits per homophily level (2 until session 3, to save time) and the
+    optional Graph-Wave-Networks baseline only at smoke and paper scale. Default takes ~3 min, over
+    the project's 90 s on purpose: the PDE variants' best-validation epochs are 117-160 of the 200
+    (bases 61-103), so fewer epochs would bias the comparison against the method, and 600 instead
+    of 1000 nodes saved only ~20 %.
   * The polynomial filters are re-implemented from the GPR-GNN, BernNet and ChebNetII papers
     (scalar coefficients shared over channels; GPR on the self-loop GCN matrix, BernNet and
     ChebNetII on L = I - D^{-1/2} A D^{-1/2} with lambda_max = 2). SGC, APPNP, ARMA, Cheb and
@@ -596,9 +596,13 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     if cfg.scale == Scale.default:
         extremes = sorted({levels[0], levels[-1]})  # the lowest and highest homophily levels
         for lv in extremes:
+            # The brief's "spectral models" are the base spectral GNNs (its word for the family each PDE version
+            # enhances): the check asks whether the graph carries signal a spectral filter can use. The PDE
+            # versions' margins are the method's result and are reported beside it, not gated.
             mlp = 100 * v[f"baseline/mlp/acc_{lv}"]
-            margin = min(100 * v[f"{role}/{f}/acc_{lv}"] for f in cfg.filters for role in ("baseline", "method")) - mlp
+            margin = min(100 * v[f"baseline/{f}/acc_{lv}"] for f in cfg.filters) - mlp
             figures[f"spectral_minus_mlp_pt_{lv}"] = margin
+            figures[f"pde_minus_mlp_pt_{lv}"] = min(100 * v[f"method/{f}/acc_{lv}"] for f in cfg.filters) - mlp
             sanity[f"spectral_beat_mlp_by_5pt_{lv}"] = margin >= SANITY_MLP_GAP_PT
 
     statement = (

@@ -102,7 +102,7 @@ class Config(MethodConfig):
     data: DataConfig = DataConfig()
 
     # Self-REF fine-tuning (and the fine-tuned-logits / verbalised baselines: same data, budget, seeds).
-    n_seeds: int = Field(2, ge=1, le=16)
+    n_seeds: int = Field(3, ge=1, le=16)  # the brief: 3 seeds
     epochs: int = Field(4, ge=1)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(1e-2, gt=0, le=1)  # chosen on split V's confidence-token loss among {3e-3, 1e-2}

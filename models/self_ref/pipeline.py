@@ -34,8 +34,8 @@ Deliberate deviations (and why):
 * The "large LLM" (Llama3-70B) is a calculator that is right with probability 0.95 per item,
   drawn once in ``prepare`` (the brief allows a calculator oracle; a 4-layer d = 128 model
   trained to ~95 % does not fit the CPU budget). Its errors are independent of difficulty.
-* Splits are 1k / 3k / 1k (V) / 2k / 0.5k instead of 20k / 5k / - / 5k, and 2 fine-tuning seeds
-  instead of 3 (budget); the paper scale restores the brief's sizes and 3 seeds.
+* Splits are 1k / 3k / 1k (V) / 2k / 0.5k instead of 20k / 5k / - / 5k (the brief: "shrink splits or
+  epochs to fit"); 3 fine-tuning seeds as the brief; the paper scale restores the brief's sizes.
 * LoRA (rank 8) on the Q, K, V projection plus the embedding rows of the new tokens (the tied
   output layer shares them): the paper's targets (Q, K, V, embedding, LM head) restricted to the
   new tokens' rows so that the base answer distribution can only move through the adapters.
