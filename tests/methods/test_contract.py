@@ -49,6 +49,23 @@ def test_smoke_pipeline(slug, tmp_path):
     import torch
 
     assert isinstance(model, torch.nn.Module) or callable(getattr(model, "predict", None))
+    # What a registered version is (tasks/registered_model.py): the model folder + the config as JSON, rebuilt
+    # by the method's own loader, exactly as MLflow's pyfunc loader calls it.
+    from types import SimpleNamespace
+
+    from tasks.tracking import MODEL_CODE
+
+    config = tmp_path / "registered_config.json"
+    config.write_text(cfg.model_dump_json())
+    namespace: dict = {}
+    exec(compile(MODEL_CODE.read_text(), str(MODEL_CODE), "exec"), namespace)  # noqa: S102 (our own file)
+    served = namespace["PaperlineModel"]()
+    served.load_context(SimpleNamespace(model_config={"method": slug},
+                                        artifacts={"model_dir": str(layout.model_dir), "config": str(config)}))
+    assert type(served.model) is type(model)
+    if isinstance(model, torch.nn.Module):
+        for (name, a), (_, b) in zip(model.state_dict().items(), served.model.state_dict().items()):
+            assert torch.equal(a, b), name
 
 
 @pytest.mark.parametrize("slug", ["pag_cert", "sdp"])  # the two whose numbers once drew on global RNGs
