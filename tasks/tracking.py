@@ -262,7 +262,7 @@ def log_model(root: Path, run_id: str, spec: MethodSpec, cfg: MethodConfig, mode
 @contextlib.contextmanager
 def _quiet_model_logging():
     """Silence MLflow's advice that does not apply here (signatures, type hints)."""
-    loggers = [logging.getLogger(n) for n in ("mlflow.pyfunc", "mlflow.models.model", "mlflow.pytorch")]
+    loggers = [logging.getLogger(n) for n in ("mlflow.pyfunc", "mlflow.models.model")]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
         lg.setLevel(logging.ERROR)

@@ -532,10 +532,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         figures["scale_ratio_worst"] = worst_ratio("ars_reset/c_reset1")
         if cfg.scale == Scale.default:
             sanity["iv_reset_scales_within_2x"] = figures["scale_ratio_worst"] <= 2.0
-    learned = [v[f"ars_reset/success_before_reset1_task{i}"] for i in range(len(kappa))
-               if f"ars_reset/success_before_reset1_task{i}" in v]
-    if learned:  # Eq. (6) divides by r̄_i, which tracks learning progress: (iv) holds when all tasks were learned
-        figures["ars_reset_tasks_learned_before_reset"] = float(sum(s >= 0.5 for s in learned))
+    before = [v.get(f"ars_reset/success_before_reset1_task{i}") for i in range(len(kappa))]
+    if None not in before:  # Eq. (6) divides by r̄_i, which tracks learning progress: (iv) holds when all were learned
+        figures["ars_reset_tasks_learned_before_reset"] = float(sum(s >= 0.5 for s in before))
     if "control_method/mean_success" in v and "control_baseline/mean_success" in v:
         # (iii) with equal reward scales, ARS scaling (b) must not change MT-SAC's (a) outcome
         control_gap = abs(v["control_method/mean_success"] - v["control_baseline/mean_success"])

@@ -15,11 +15,13 @@ import logging
 import math
 import os
 import pickle
+import random
 import time
 import warnings
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger
@@ -102,28 +104,30 @@ class EpochCheckpoint(Callback):
         self.trainer = trainer
         pl_module.log(EPOCH_MARK, 1.0, on_step=False, on_epoch=True, logger=True, prog_bar=False)
 
-    # The global RNG states travel with the checkpoint, so that a resumed fit draws the same shuffles, noise
-    # and dropout masks as an uninterrupted one. Tensors and ints only: resume loads with weights_only=True.
+    # Random streams travel with the checkpoint, so that a resumed fit draws the same shuffles, noise and
+    # dropout masks as an uninterrupted one: the global torch / NumPy / Python states and every
+    # torch.Generator the LightningModule holds (probe or rollout streams). Tensors and ints only: resume
+    # loads with weights_only=True.
     def state_dict(self) -> dict[str, Any]:
-        import random
-
-        import numpy as np
-
         kind, keys, pos, has_gauss, cached = np.random.get_state()
         return {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype("int64")),
                 "numpy": [kind, int(pos), int(has_gauss), float(cached)], "python": random.getstate()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        import random
-
-        import numpy as np
-
         if not state:  # a checkpoint written before RNG states were saved
             return
         torch.set_rng_state(state["torch"])
         kind, pos, has_gauss, cached = state["numpy"]
         np.random.set_state((kind, state["numpy_keys"].numpy().astype("uint32"), pos, has_gauss, cached))
         random.setstate(state["python"])
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        checkpoint["module_generators"] = {name: g.get_state() for name, g in vars(pl_module).items()
+                                           if isinstance(g, torch.Generator)}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        for name, state in checkpoint.get("module_generators", {}).items():
+            getattr(pl_module, name).set_state(state)
 
     def save(self) -> None:
         if self.trainer is None or self.trainer.sanity_checking:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 from contextvars import ContextVar
@@ -81,8 +82,8 @@ def checkpoint_seconds() -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise ValueError(f"PAPERLINE_CHECKPOINT_SECONDS={raw!r}: expected a number of seconds >= 0") from None
-    if value < 0:
+        value = math.nan
+    if not value >= 0:  # also NaN
         raise ValueError(f"PAPERLINE_CHECKPOINT_SECONDS={raw!r}: expected a number of seconds >= 0")
     return value
 

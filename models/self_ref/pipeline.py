@@ -17,7 +17,7 @@ design); split B builds the Self-REF data; V sets the rejection threshold by qua
 test set; U holds unanswerable items (operands one digit wider than any seen). B, V, C and U share no
 question with A or with each other (``data.held_out_distinct``; an earlier version drew them independently,
 so ~27 % of C had been memorised in A, which flattered the token-probability baseline: AUROC 0.867 vs
-Self-REF 0.795 then, 0.800 vs 0.802 with disjoint splits). Smoke turns this off: its 1-epoch LM answers
+Self-REF 0.795 then, 0.800 vs 0.801 with disjoint splits and 3 seeds). Smoke turns this off: its 1-epoch LM answers
 no unseen question, which would leave the Self-REF data without a single <CN> example. Confidence
 sources, each paired with its own model's (regenerated) answers:
   method            Self-REF c(x)

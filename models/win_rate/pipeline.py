@@ -349,14 +349,6 @@ class PreferenceLearner(L.LightningModule):
         self.heldout_loss = math.log(2.0)
         self.log_every = max(1, cfg.steps // 50)
 
-    # A resumed fit continues the rollout stream where the killed one stopped.
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rollout_rng"] = self.generator.get_state()
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "rollout_rng" in checkpoint:
-            self.generator.set_state(checkpoint["rollout_rng"])
-
     # -- losses
 
     def pair_loss(self, prompt, chosen, rejected) -> tuple[torch.Tensor, dict]:

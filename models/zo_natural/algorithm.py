@@ -187,15 +187,13 @@ class ZOModule(L.LightningModule):
         return losses
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # What a resumed run needs beyond weights and Adam: the curvature EMA, the probe stream and the
-        # query count (tensors and ints only: resume loads with weights_only=True).
-        checkpoint["zo_state"] = {"queries": self.queries, "probe_rng": self.probes.get_state(),
-                                  "curvature": self.sampler.curvature}
+        # What a resumed run needs beyond weights, Adam and the probe generator (the spine saves every
+        # torch.Generator of the module): the curvature EMA and the query count.
+        checkpoint["zo_state"] = {"queries": self.queries, "curvature": self.sampler.curvature}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint["zo_state"]
         self.queries = int(state["queries"])
-        self.probes.set_state(state["probe_rng"])
         if state["curvature"] is not None:
             self.sampler.set_curvature(list(state["curvature"]))
 

@@ -107,11 +107,13 @@ def _assert_killed_and_resumed_equals_uninterrupted(train, tmp_path) -> None:
 
 
 class NoisyRegressor(Regressor):
-    """Training draws from the global RNGs (input noise, dropout): resuming must continue their streams."""
+    """Training draws from the global RNGs (input noise, dropout) and its own generator: resuming must
+    continue every stream."""
 
     def __init__(self) -> None:
         super().__init__()
         self.dropout = torch.nn.Dropout(0.3)
+        self.generator = torch.Generator().manual_seed(7)  # a stream the module owns (as zo_natural's probes)
 
     def training_step(self, batch, batch_idx):
         import random
@@ -120,6 +122,7 @@ class NoisyRegressor(Regressor):
 
         x, y = batch
         x = x + 0.1 * torch.randn_like(x) + float(np.random.normal()) * 0.01 + random.random() * 0.01
+        x = x + 0.1 * torch.randn(x.shape, generator=self.generator)
         loss = torch.nn.functional.mse_loss(self.net(self.dropout(x)), y)
         self.log("train/loss", loss, on_step=False, on_epoch=True)
         return loss
