@@ -15,7 +15,9 @@ whose ``impl`` names the module holding the heavy code. That module defines five
     evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics
         The paper's metrics for method and baseline; figures as PNGs in ``out_dir / "plots"``.
     claim(cfg, metrics: Metrics) -> ClaimResult
-        The paper's key claim as a measured statement plus the brief's must-pass checks.
+        The paper's key claim as criteria (estimate, 95 % interval over paired units, threshold,
+        state holds/fails/inconclusive; build them with ``models.common.verdicts``) plus the
+        brief's must-pass checks.
 
 The shared spine (``tasks/``, ``flows/``) calls these; methods never touch MLflow, Prefect
 or DVC themselves.
@@ -31,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any, ClassVar, Mapping, Self
+from typing import Annotated, Any, ClassVar, Literal, Mapping, Self, Sequence
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
 
@@ -131,6 +133,20 @@ def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
 # ----------------------------------------------------------------------------- results
 
 
+DATA_SOURCES = ("real", "synthetic")
+
+
+def dataset_meta(source: str, provenance: str, **extra: Any) -> dict[str, Any]:
+    """The ``meta`` every ``prepare`` returns: ``source`` is ``real`` (a benchmark's own files) or
+    ``synthetic`` (generated from the seed); ``provenance`` says where it came from in one line
+    (package and version, file and sha256, generator and parameters). Reports show both."""
+    if source not in DATA_SOURCES:
+        raise ValueError(f"dataset source {source!r}: expected one of {DATA_SOURCES}")
+    if not provenance.strip():
+        raise ValueError("dataset provenance must say where the data came from")
+    return {"source": source, "provenance": provenance, **extra}
+
+
 @dataclass(frozen=True)
 class DatasetRef:
     """A prepared dataset on disk: folder, files, content hash and metadata."""
@@ -143,6 +159,14 @@ class DatasetRef:
 
     def file(self, name: str) -> Path:
         return self.path / name
+
+    @property
+    def source(self) -> str:
+        return str(self.meta.get("source", "unspecified"))
+
+    @property
+    def provenance(self) -> str:
+        return str(self.meta.get("provenance", ""))
 
 
 def _sha256(path: Path) -> str:
@@ -241,28 +265,148 @@ class Metrics:
         return [k for k, v in self.values.items() if not math.isfinite(float(v))]
 
 
+State = Literal["holds", "fails", "inconclusive"]
+Direction = Literal[">=", ">", "<=", "<"]
+STATES: tuple[State, ...] = ("holds", "fails", "inconclusive")
+
+
+def _passes(value: float, threshold: float, direction: str) -> bool:
+    return {">=": value >= threshold, ">": value > threshold, "<=": value <= threshold, "<": value < threshold}[direction]
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One measured criterion of a claim: an estimate with its 95 % interval over paired units.
+
+    ``state`` follows REVIEW.md §1: *holds* when the whole interval ``[low, high]`` is on the
+    passing side of ``threshold``, *fails* when the whole interval is on the failing side,
+    *inconclusive* when it straddles. A deterministic criterion has ``low == high == estimate``.
+    A non-finite estimate fails (``reason`` says why); a non-finite interval end (one unit, say)
+    can at best be inconclusive. Build criteria with ``models.common.verdicts``.
+    """
+
+    name: str  # a short key, logged as claim/<name>/...
+    statement: str  # one line: what is compared with what
+    estimate: float
+    low: float
+    high: float
+    threshold: float
+    direction: Direction  # estimate <direction> threshold is the passing side
+    units: str = "deterministic"  # what the interval is over: "5 paired seeds", "10 splits x 8 graphs"
+    n_units: int = 1
+    interval: str = "exact"  # "t", "bootstrap", "clopper-pearson", "exact"
+    paper: str = ""  # the paper's reported number in this setting, with its source, where known
+    reason: str = ""  # why the state is what it is, where the numbers do not say it
+
+    def __post_init__(self) -> None:
+        for key in ("estimate", "low", "high", "threshold"):  # numpy scalars -> float, so JSON and checks agree
+            object.__setattr__(self, key, float(getattr(self, key)))
+        object.__setattr__(self, "n_units", int(self.n_units))
+        if self.direction not in (">=", ">", "<=", "<"):
+            raise ValueError(f"criterion {self.name!r}: direction {self.direction!r} is not one of >=, >, <=, <")
+        if not self.name or "/" in self.name:
+            raise ValueError(f"criterion name {self.name!r}: must be non-empty and contain no '/'")
+
+    @property
+    def state(self) -> State:
+        if not (math.isfinite(self.estimate) and math.isfinite(self.threshold)) or math.isnan(self.low) or math.isnan(self.high):
+            return "fails"
+        lower_ok, upper_ok = _passes(self.low, self.threshold, self.direction), _passes(self.high, self.threshold, self.direction)
+        if lower_ok and upper_ok:
+            return "holds"
+        if not lower_ok and not upper_ok:
+            return "fails"
+        return "inconclusive"
+
+    @property
+    def why(self) -> str:
+        """The reason the state is what it is, in words."""
+        if self.reason:
+            return self.reason
+        if not math.isfinite(self.estimate) or math.isnan(self.low) or math.isnan(self.high):
+            return "the estimate is not a finite number"
+        if self.state == "inconclusive":
+            return "the interval straddles the threshold"
+        return ""
+
+    def describe(self, digits: int = 3) -> str:
+        """``name: 0.93 [0.91, 0.95] >= 0.9 -> holds``."""
+        def f(x: float) -> str:
+            return f"{x:.{digits}g}"
+        interval = "" if self.low == self.high == self.estimate else f" [{f(self.low)}, {f(self.high)}]"
+        return f"{self.name}: {f(self.estimate)}{interval} {self.direction} {f(self.threshold)} -> {self.state}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "state": self.state}
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> "Criterion":
+        fields = {k: v for k, v in payload.items() if k != "state"}
+        for key in ("estimate", "low", "high", "threshold"):
+            fields[key] = float(fields[key])
+        return cls(**fields)
+
+
+def verdict_of(criteria: Sequence[Criterion]) -> State:
+    """The claim holds when every criterion holds, fails when any fails, else is inconclusive."""
+    states = [c.state for c in criteria]
+    if not states:
+        return "inconclusive"
+    if "fails" in states:
+        return "fails"
+    return "holds" if all(s == "holds" for s in states) else "inconclusive"
+
+
 @dataclass
 class ClaimResult:
     """The paper's claim measured.
 
-    ``statement`` is the claim in words with its pass criterion; ``figures`` the measured
-    numbers (logged as ``claim/<name>``); ``sanity`` the brief's must-pass checks (any False
-    fails the run and blocks promotion); ``holds`` whether the paper's claim held. A claim
-    that does not hold is a result, not an error.
+    ``statement`` is the claim in one sentence; ``criteria`` the measured criteria whose states
+    decide the ``verdict``; ``sanity`` the must-pass checks (any False fails the run and blocks
+    promotion); ``figures`` further measured numbers worth logging (``claim/<name>``), not part
+    of the verdict. A claim that does not hold is a result, not an error.
     """
 
     statement: str
-    figures: dict[str, float]
-    holds: bool
+    criteria: list[Criterion]
     sanity: dict[str, bool] = field(default_factory=dict)
+    figures: dict[str, float] = field(default_factory=dict)
     notes: str = ""
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.criteria]
+        if len(set(names)) != len(names):
+            raise ValueError(f"claim criteria names repeat: {names}")
+
+    @property
+    def verdict(self) -> State:
+        return verdict_of(self.criteria)
+
+    @property
+    def holds(self) -> bool:
+        return self.verdict == "holds"
 
     @property
     def sane(self) -> bool:
         return all(self.sanity.values())
 
+    def criterion(self, name: str) -> Criterion:
+        for c in self.criteria:
+            if c.name == name:
+                return c
+        raise KeyError(f"no criterion {name!r}; criteria: {[c.name for c in self.criteria]}")
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {
+            "statement": self.statement, "verdict": self.verdict,
+            "criteria": [c.to_dict() for c in self.criteria],
+            "sanity": dict(self.sanity), "figures": dict(self.figures), "notes": self.notes,
+        }
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> "ClaimResult":
+        return cls(payload["statement"], [Criterion.from_dict(c) for c in payload["criteria"]],
+                   dict(payload.get("sanity", {})), dict(payload.get("figures", {})), payload.get("notes", ""))
 
 
 # ----------------------------------------------------------------------------- spec
@@ -291,6 +435,8 @@ class MethodSpec:
 
 __all__ = [
     "ClaimResult",
+    "Criterion",
+    "DATA_SOURCES",
     "DatasetError",
     "DatasetRef",
     "MethodConfig",
@@ -301,6 +447,8 @@ __all__ = [
     "StrictModel",
     "TrainedArtifacts",
     "ValidationError",
+    "dataset_meta",
+    "verdict_of",
     "read_dataset",
     "user_data_path",
     "write_manifest",

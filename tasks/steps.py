@@ -162,6 +162,7 @@ def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, 
     runtime.seed_everything(cfg.seed)
     metrics = module.evaluate(cfg, data, artifacts, layout.out_dir)
     result = module.claim(cfg, metrics)
+    # A NaN estimate already fails its criterion (models.base.Criterion.state); figures must be finite too.
     bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
     result.sanity.setdefault("finite_metrics", not bad)
     layout.metrics_file.write_text(json.dumps(metrics.values, indent=2, sort_keys=True, default=float))
@@ -174,5 +175,5 @@ def load_results(spec: MethodSpec, root: Path) -> tuple[Metrics, ClaimResult]:
     layout = Layout(Path(root), spec)
     values = json.loads(layout.metrics_file.read_text())
     figures = sorted(layout.plots_dir.glob("*.png")) if layout.plots_dir.exists() else []
-    claim = ClaimResult(**json.loads(layout.claim_file.read_text()))
+    claim = ClaimResult.from_dict(json.loads(layout.claim_file.read_text()))
     return Metrics(values, figures), claim

@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from models.base import ClaimResult, Metrics, TrainedArtifacts, read_dataset
+from models.base import DATA_SOURCES, STATES, ClaimResult, Criterion, Metrics, TrainedArtifacts, read_dataset
 from models.registry import METHODS
 from tasks import steps
 
@@ -40,10 +40,17 @@ def test_smoke_pipeline(slug, tmp_path):
     assert any(k.startswith("method/") for k in metrics.values) and any(k.startswith("baseline/") for k in metrics.values)
     assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in metrics.figures)
     assert all(f.parent == layout.plots_dir for f in metrics.figures)
-    assert claim.statement and claim.figures and isinstance(claim.holds, bool)
+    assert claim.statement and claim.criteria and claim.verdict in STATES
+    for criterion in claim.criteria:
+        assert isinstance(criterion, Criterion) and criterion.statement and criterion.units, criterion
+        assert criterion.low <= criterion.estimate <= criterion.high or criterion.state == "fails", criterion
     assert all(isinstance(v, bool) for v in claim.sanity.values()) and "finite_metrics" in claim.sanity
     on_disk = json.loads(layout.claim_file.read_text())
-    assert on_disk["holds"] == claim.holds and on_disk["figures"].keys() == claim.figures.keys()
+    assert on_disk["verdict"] == claim.verdict and ClaimResult.from_dict(on_disk).to_dict() == claim.to_dict()
+    assert {c["name"] for c in on_disk["criteria"]} == {c.name for c in claim.criteria}
+    assert all({"estimate", "low", "high", "threshold", "direction", "state"} <= c.keys() for c in on_disk["criteria"])
+    # Every result says which data it came from.
+    assert ref.source in DATA_SOURCES and ref.provenance, f"{slug}: prepare's meta lacks source/provenance ({ref.meta})"
 
     model = spec.module().load_model(cfg, layout.model_dir)
     import torch
