@@ -19,7 +19,7 @@ def main() -> None:
 
     root = env.project_root()
     c = tracking.client(root)
-    print("| method | scale | wall time through the flow (s) | train step (s) | paper's claim holds | must-pass |")
+    print("| method | scale | wall time through the flow (s) | train step (s) | verdict | must-pass |")
     print("|---|---|---|---|---|---|")
     total = 0.0
     for spec in METHODS.values():
@@ -30,7 +30,7 @@ def main() -> None:
         wall = ((run.info.end_time or run.info.start_time) - run.info.start_time) / 1000
         total += wall
         m = run.data.metrics
-        holds = "-" if "claim/holds" not in m else ("yes" if m["claim/holds"] else "NO")
+        holds = run.data.tags.get("paperline.verdict", "-")
         sane = "-" if "claim/sane" not in m else ("pass" if m["claim/sane"] else "FAIL")
         train = m.get("train/seconds")
         print(f"| `{spec.slug}` | {run.data.tags.get('paperline.scale', '-')} | {wall:.0f} | "

@@ -147,8 +147,12 @@ def _run_stage(step: str, spec, cfg, root: Path) -> None:
         art = steps.train(spec, cfg, root)
         print(f"{spec.slug}: trained -> {art.model_dir}")
     else:
+        from tasks.report import criterion_line
+
         _, claim = steps.evaluate(spec, cfg, root)
-        print(f"{spec.slug}: claim holds={claim.holds}; must-pass={claim.sanity}")
+        print(f"{spec.slug}: claim {claim.verdict}; must-pass={claim.sanity}")
+        for criterion in claim.criteria:
+            print(f"  {criterion_line(criterion.to_dict())}")
 
 
 def cmd_params(args: argparse.Namespace) -> int:

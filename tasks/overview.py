@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from models.base import MethodSpec
-from tasks import promotion, tracking
+from tasks import promotion, report, tracking
 
 REPORT_EXPERIMENT = "paperline/report"
 
@@ -30,9 +30,14 @@ class MethodStatus:
     status: str | None = None  # MLflow run status: FINISHED, FAILED, RUNNING, KILLED
     started: str | None = None
     scale: str | None = None
-    holds: bool | None = None
+    verdict: str | None = None  # holds | fails | inconclusive
     sane: bool | None = None
-    figures: dict[str, float] = field(default_factory=dict)
+    criteria: list[dict] = field(default_factory=list)  # Criterion.to_dict() each, in the claim's order
+    figures: dict[str, float] = field(default_factory=dict)  # further claim/ numbers (not criteria)
+    dataset: str | None = None
+    data_source: str | None = None  # real | synthetic
+    data_provenance: str | None = None
+    data_sha256: str | None = None
     failure: str | None = None
     decision: str | None = None
     version: str | None = None
@@ -62,11 +67,17 @@ def latest(c, spec: MethodSpec) -> MethodStatus:
     out.run_id, out.experiment_id, out.status = run.info.run_id, run.info.experiment_id, run.info.status
     out.started = dt.datetime.fromtimestamp(run.info.start_time / 1000).strftime("%Y-%m-%d %H:%M")
     out.scale = tags.get("paperline.scale")
-    if "claim/holds" in metrics:
-        out.holds = bool(metrics["claim/holds"])
-        out.sane = bool(metrics.get("claim/sane", 0.0))
+    out.verdict = tags.get("paperline.verdict")
+    if "claim/sane" in metrics:
+        out.sane = bool(metrics["claim/sane"])
+    out.claim = tags.get("paperline.claim", spec.claim)
+    out.criteria = tracking.criteria_from_tags(tags)
+    criterion_keys = {f"claim/{c['name']}/" for c in out.criteria}
     out.figures = {k.removeprefix("claim/"): v for k, v in sorted(metrics.items())
-                   if k.startswith("claim/") and k not in ("claim/holds", "claim/sane")}
+                   if k.startswith("claim/") and k not in ("claim/verdict", "claim/sane")
+                   and not any(k.startswith(p) for p in criterion_keys)}
+    out.dataset, out.data_source = tags.get("paperline.dataset"), tags.get("paperline.data_source")
+    out.data_provenance, out.data_sha256 = tags.get("paperline.data_provenance"), tags.get("paperline.data_sha256")
     out.failure = tags.get("paperline.failure")
     out.decision = tags.get("paperline.decision_reason")
     out.version = tags.get("paperline.model_version")
@@ -82,19 +93,28 @@ def collect(root: Path, specs: list[MethodSpec] | None = None) -> list[MethodSta
     return [latest(c, spec) for spec in (specs or list(METHODS.values()))]
 
 
-def _yes_no(value: bool | None) -> str:
-    return "-" if value is None else ("yes" if value else "NO")
+def _verdict(value: str | None) -> str:
+    return "-" if value is None else report.VERDICT_WORDS.get(value, value)
 
 
-def status_table(items: list[MethodStatus]) -> str:
-    header = ("method", "last run", "status", "scale", "claim holds", "must-pass", "champion", "challenger")
-    body = [(s.method, s.started or "never", s.status or "-", s.scale or "-", _yes_no(s.holds),
+def status_table(items: list[MethodStatus], criteria: bool = True) -> str:
+    """One line per method; with ``criteria``, each criterion (estimate [interval] vs threshold) beneath it."""
+    header = ("method", "last run", "status", "scale", "verdict", "must-pass", "data", "champion", "challenger")
+    body = [(s.method, s.started or "never", s.status or "-", s.scale or "-", _verdict(s.verdict),
              "-" if s.sane is None else ("pass" if s.sane else "FAIL"),
+             f"{s.dataset} ({s.data_source})" if s.dataset else "-",
              f"v{s.champion}" if s.champion else "-", f"v{s.challenger}" if s.challenger else "-") for s in items]
     rows = [header, *body]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+
+    def line(r) -> str:
+        return "  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip()
+
+    lines = [line(header), "  ".join("-" * w for w in widths)]
+    for s, r in zip(items, body):
+        lines.append(line(r))
+        if criteria:
+            lines += [f"    {report.criterion_line(c)}" for c in s.criteria]
     return "\n".join(lines)
 
 
@@ -125,11 +145,15 @@ def _download_plots(c, run_id: str, dest: Path) -> list[Path]:
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2rem;max-width:1200px;color:#222}
-table{border-collapse:collapse;width:100%;font-size:.9rem}th,td{border:1px solid #ccc;padding:.35rem .5rem;
-vertical-align:top;text-align:left}th{background:#f3f3f3}.yes{color:#0a6b2b;font-weight:600}
-.NO,.FAIL{color:#a11;font-weight:600}figure{display:inline-block;margin:.5rem;max-width:45%}
-figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:.8rem;color:#555}
-section{margin-top:2.5rem;border-top:1px solid #ddd}code{font-size:.85rem}
+table{border-collapse:collapse;width:100%;font-size:.9rem;margin:.5rem 0}th,td{border:1px solid #ccc;
+padding:.35rem .5rem;vertical-align:top;text-align:left}th{background:#f3f3f3}
+.badge{display:inline-block;padding:.1rem .5rem;border-radius:.8rem;font-weight:600;font-size:.85rem;color:#fff}
+.holds{background:#1a7f37}.fails{background:#b42318}.inconclusive{background:#9a6700}.none{background:#888}
+.FAIL{color:#a11;font-weight:600}.real{color:#0a5;font-weight:600}.synthetic{color:#a60;font-weight:600}
+figure{display:inline-block;margin:.5rem;max-width:45%}figure img{max-width:100%;border:1px solid #ddd}
+figcaption{font-size:.8rem;color:#555}section{margin-top:2.5rem;border-top:1px solid #ddd}code{font-size:.85rem}
+.index{display:flex;flex-wrap:wrap;gap:.4rem;margin:1rem 0}.index a{text-decoration:none;border:1px solid #ddd;
+padding:.3rem .6rem;border-radius:.4rem;color:#222}.claim{font-size:1.05rem}
 """
 
 
@@ -137,41 +161,80 @@ def _cell(value: str, css: str = "") -> str:
     return f'<td class="{css}">{html.escape(value)}</td>' if css else f"<td>{html.escape(value)}</td>"
 
 
+def _badge(verdict: str | None) -> str:
+    css = verdict if verdict in ("holds", "fails", "inconclusive") else "none"
+    return f'<span class="badge {css}" data-verdict="{css}">{html.escape(verdict or "not run")}</span>'
+
+
+def _criteria_table(criteria: list[dict]) -> str:
+    if not criteria:
+        return "<p>No criteria recorded.</p>"
+    head = ("criterion", "what it compares", "estimate [95 % interval]", "threshold", "state", "units",
+            "paper reports")
+    body = []
+    for c in criteria:
+        if "estimate" not in c:
+            body.append("<tr>" + _cell(c.get("name", "?")) + f'<td colspan="6">{html.escape(c.get("state", "?"))}</td></tr>')
+            continue
+        why = f" ({c['reason']})" if c.get("reason") else ""
+        body.append("<tr>" + "".join([
+            f"<td><code>{html.escape(c['name'])}</code></td>", _cell(c.get("statement", "")),
+            _cell(report.interval_text(c)), _cell(f"{c['direction']} {report.number(c['threshold'])}"),
+            f"<td>{_badge(c['state'])}{html.escape(why)}</td>",
+            _cell(f"{c.get('units', '')}, {c.get('interval', '')} interval"), _cell(c.get("paper") or "-")]) + "</tr>")
+    return ('<table class="criteria"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
+
+
 def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_dir: Path, ui_base: str) -> str:
     def run_link(s: MethodStatus) -> str:
         if not s.run_id:
-            return "<td>-</td>"
+            return "-"
         url = f"{ui_base}/#/experiments/{s.experiment_id}/runs/{s.run_id}"
-        return f'<td><a href="{html.escape(url)}">{html.escape(s.run_id[:12])}</a></td>'
+        return f'<a href="{html.escape(url)}">{html.escape(s.run_id[:12])}</a>'
 
+    index = "".join(f'<a href="#{html.escape(s.method)}">{html.escape(s.method)} {_badge(s.verdict)}</a>' for s in items)
+    counts = {v: sum(s.verdict == v for s in items) for v in ("holds", "fails", "inconclusive")}
     rows = []
     for s in items:
-        holds, sane = _yes_no(s.holds), "-" if s.sane is None else ("pass" if s.sane else "FAIL")
-        figs = ", ".join(f"{k}={v:.4g}" for k, v in list(s.figures.items())[:6])
+        sane = "-" if s.sane is None else ("pass" if s.sane else "FAIL")
         rows.append("<tr>" + "".join([
-            f'<td><a href="#{s.method}">{html.escape(s.method)}</a></td>', _cell(s.claim),
-            _cell(figs), _cell(holds, holds), _cell(sane, sane), _cell(s.status or "never run"),
-            _cell(f"v{s.champion}" if s.champion else "-"), run_link(s)]) + "</tr>")
+            f'<td><a href="#{s.method}">{html.escape(s.method)}</a></td>', f"<td>{_badge(s.verdict)}</td>",
+            _cell(sane, sane), _cell(f"{s.dataset or '-'} ({s.data_source or '-'})", s.data_source or ""),
+            _cell(s.status or "never run"), _cell(f"v{s.champion}" if s.champion else "-"), f"<td>{run_link(s)}</td>"])
+            + "</tr>")
     sections = []
     for s in items:
         imgs = "".join(
             f'<figure><img src="{html.escape(p.relative_to(out_dir).as_posix())}" alt="{html.escape(p.stem)}">'
             f"<figcaption>{html.escape(p.name)}</figcaption></figure>" for p in figures.get(s.method, []))
-        detail = "".join(f"<li><code>{html.escape(k)}</code> = {v:.6g}</li>" for k, v in s.figures.items())
+        extra = "".join(f"<li><code>{html.escape(k)}</code> = {v:.6g}</li>" for k, v in s.figures.items())
         notes = []
-        if s.failure:
-            notes.append(f"<p><b>Run failed:</b> {html.escape(s.failure)}</p>")
+        if s.sane is False or s.failure:
+            notes.append(f"<p class='FAIL'>Run failed: {html.escape(s.failure or 'a must-pass check failed')}</p>")
         if s.decision:
             notes.append(f"<p><b>Promotion:</b> {html.escape(s.decision)}</p>")
+        data = (f"<p><b>Data:</b> <code>{html.escape(s.dataset)}</code> "
+                f"<span class='{html.escape(s.data_source or '')}'>{html.escape(s.data_source or 'unspecified')}</span>"
+                f" &mdash; {html.escape(s.data_provenance or 'no provenance recorded')}"
+                f" (sha256 <code>{html.escape((s.data_sha256 or '')[:12])}</code>, scale {html.escape(s.scale or '-')})</p>"
+                if s.dataset else "<p>Never run.</p>")
         sections.append(
-            f'<section id="{s.method}"><h2>{html.escape(s.method)}: {html.escape(s.title)}</h2>'
-            f"<p>{html.escape(s.claim)}</p>{''.join(notes)}<ul>{detail}</ul>{imgs or '<p>No figures.</p>'}</section>")
+            f'<section id="{s.method}"><h2>{html.escape(s.method)} {_badge(s.verdict)}</h2>'
+            f"<p><i>{html.escape(s.title)}</i></p><p class='claim'><b>Claim:</b> {html.escape(s.claim)}</p>"
+            f"{data}{''.join(notes)}{_criteria_table(s.criteria)}"
+            + (f"<details><summary>Other measured numbers</summary><ul>{extra}</ul></details>" if extra else "")
+            + f"{imgs or '<p>No figures.</p>'}<p>MLflow run: {run_link(s)}</p></section>")
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items())
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>paperline report</title>"
         f"<style>{_STYLE}</style></head><body><h1>paperline report</h1>"
-        f"<p>Latest pipeline run of every method, read from MLflow on {stamp}.</p>"
-        "<table><thead><tr><th>method</th><th>claim</th><th>measured</th><th>claim holds</th><th>must-pass</th>"
+        f"<p>Latest pipeline run of every method, read from MLflow on {stamp}: {summary}. A verdict holds when every "
+        "criterion's 95 % interval lies on its passing side, fails when any lies wholly on the failing side, and is "
+        "inconclusive otherwise.</p>"
+        f"<nav class='index'>{index}</nav>"
+        "<table class='overview'><thead><tr><th>method</th><th>verdict</th><th>must-pass</th><th>data</th>"
         "<th>run status</th><th>champion</th><th>MLflow run</th></tr></thead><tbody>"
         + "".join(rows) + "</tbody></table>" + "".join(sections) + "</body></html>"
     )

@@ -67,9 +67,12 @@ def train(slug: str, cfg: MethodConfig, root: Path) -> dict:
 
 @task(name="evaluate", task_run_name="evaluate-{slug}")
 def evaluate(slug: str, cfg: MethodConfig, root: Path) -> dict:
+    from tasks.report import criterion_line
+
     metrics, claim = steps.evaluate(get(slug), cfg, root)
-    get_run_logger().info("claim holds: %s; must-pass checks: %s", claim.holds, claim.sanity)
-    return {"holds": claim.holds, "sane": claim.sane}
+    criteria = "".join(f"\n  {criterion_line(c.to_dict())}" for c in claim.criteria)
+    get_run_logger().info("claim %s; must-pass checks: %s%s", claim.verdict, claim.sanity, criteria)
+    return {"verdict": claim.verdict, "sane": claim.sane}
 
 
 @task(name="publish", task_run_name="publish-{slug}", retries=2, retry_delay_seconds=5)

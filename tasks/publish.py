@@ -18,14 +18,17 @@ class PublishResult:
     method: str
     run_id: str
     claim: str
+    verdict: str  # holds | fails | inconclusive
+    criteria: list[dict]  # Criterion.to_dict() each
     figures: dict[str, float]
-    holds: bool
     sane: bool
     failed_checks: tuple[str, ...]
     version: str | None
     promoted: bool
     champion_version: str | None
     reason: str
+    dataset: str = ""
+    data_source: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -40,8 +43,9 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
     artifacts = TrainedArtifacts.load(layout.model_dir)
     tracking.log_results(root, run_id, spec, data, artifacts, metrics, claim, layout.out_dir)
     failed = tuple(k for k, ok in claim.sanity.items() if not ok)
-    common = dict(method=spec.slug, run_id=run_id, claim=claim.statement, figures=claim.figures,
-                  holds=claim.holds, sane=claim.sane, failed_checks=failed)
+    common = dict(method=spec.slug, run_id=run_id, claim=claim.statement, verdict=claim.verdict,
+                  criteria=[c.to_dict() for c in claim.criteria], figures=claim.figures, sane=claim.sane,
+                  failed_checks=failed, dataset=data.name, data_source=data.source)
     if failed:
         reason = f"must-pass checks failed: {', '.join(failed)}; no version registered"
         tracking.fail_run(root, run_id, reason)
@@ -49,7 +53,7 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
         return PublishResult(**common, version=None, promoted=False, champion_version=champion, reason=reason)
     spec.module().load_model(cfg, layout.model_dir)  # a model its own loader cannot rebuild is never registered
     version = tracking.log_model(root, run_id, spec, cfg, layout.model_dir)
-    decision = promotion.decide_and_alias(root, spec, version, metrics, claim)
+    decision = promotion.decide_and_alias(root, spec, version, metrics, claim, data, cfg.scale.value)
     c = tracking.client(root)
     c.set_tag(run_id, "paperline.decision", "promoted" if decision.promoted else "kept")
     c.set_tag(run_id, "paperline.decision_reason", decision.reason)

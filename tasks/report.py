@@ -1,42 +1,81 @@
-"""The claim table: one row per method, as text for the console and markdown for Prefect."""
+"""The claim table: one row per method, as text for the console and markdown for Prefect.
+
+A row's verdict is the claim's three-state verdict; its key figures are the claim's criteria, each
+``estimate [low, high] <direction> threshold -> state`` (``criterion_line``), the same text the
+report and ``paperline status`` show.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import math
+from typing import Any, Iterable, Mapping
 
 # The decision comes before the long figures, so narrow views (the Prefect UI) show it unscrolled.
-COLUMNS = ("method", "claim holds", "must-pass", "version", "champion", "decision", "key figures", "MLflow run")
-TEXT_COLUMNS = ("method", "claim holds", "must-pass", "key figures", "version", "champion")
+COLUMNS = ("method", "verdict", "must-pass", "version", "champion", "decision", "criteria", "data", "MLflow run")
+TEXT_COLUMNS = ("method", "verdict", "must-pass", "version", "champion", "data")
+VERDICT_WORDS = {"holds": "holds", "fails": "FAILS", "inconclusive": "inconclusive"}
 
 
-def _figures(figures: dict[str, float], limit: int = 4) -> str:
-    items = list(figures.items())[:limit]
-    return ", ".join(f"{k}={v:.3g}" for k, v in items) + (" ..." if len(figures) > limit else "")
+def number(x: float, digits: int = 3) -> str:
+    if not isinstance(x, (int, float)) or math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    return f"{x:.{digits}g}"
+
+
+def interval_text(c: Mapping[str, Any]) -> str:
+    """``0.93 [0.91, 0.95]`` (just ``0.93`` for a deterministic criterion)."""
+    est, low, high = c.get("estimate", math.nan), c.get("low", math.nan), c.get("high", math.nan)
+    if low == high == est:
+        return number(est)
+    return f"{number(est)} [{number(low)}, {number(high)}]"
+
+
+def criterion_line(c: Mapping[str, Any]) -> str:
+    """``name: 0.93 [0.91, 0.95] >= 0.9 -> holds (5 paired seeds)``."""
+    if "estimate" not in c:
+        return f"{c.get('name', '?')}: {c.get('state', '?')}"
+    return (f"{c['name']}: {interval_text(c)} {c['direction']} {number(c['threshold'])} -> {c['state']}"
+            f" ({c.get('units', '')})")
 
 
 def rows(results: Iterable[dict[str, Any]]) -> list[tuple[str, ...]]:
     out = []
     for r in results:
         if "error" in r:
-            out.append((r["method"], "-", "ERROR", "-", "-", "run failed", r["error"][:80], r.get("run_id") or "-"))
+            out.append((r["method"], "-", "ERROR", "-", "-", "run failed", r["error"][:80], "-", r.get("run_id") or "-"))
             continue
         checks = "pass" if r["sane"] else "FAIL: " + ", ".join(r["failed_checks"])
         out.append((
-            r["method"], "yes" if r["holds"] else "NO", checks,
+            r["method"], VERDICT_WORDS.get(r["verdict"], r["verdict"]), checks,
             f"v{r['version']}" if r["version"] else "-",
             f"v{r['champion_version']}" if r["champion_version"] else "-",
-            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"], _figures(r["figures"]), r["run_id"],
+            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"],
+            "; ".join(criterion_line(c) for c in r["criteria"]),
+            f"{r.get('dataset', '')} ({r.get('data_source', '?')})", r["run_id"],
         ))
     return out
 
 
 def text_table(results: Iterable[dict[str, Any]]) -> str:
+    """The console table: one line per method, then its criteria indented beneath it."""
+    results = list(results)
     body = rows(results)
     order = [COLUMNS.index(c) for c in TEXT_COLUMNS]
     shown = [TEXT_COLUMNS] + [tuple(row[i] for i in order) for row in body]
     widths = [max(len(str(row[i])) for row in shown) for i in range(len(shown[0]))]
-    lines = ["  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)) for row in shown]
-    lines.insert(1, "  ".join("-" * w for w in widths))
+
+    def line(row) -> str:
+        return "  ".join(str(cell).ljust(w) for cell, w in zip(row, widths)).rstrip()
+
+    lines = [line(shown[0]), "  ".join("-" * w for w in widths)]
+    for result, row in zip(results, shown[1:]):
+        lines.append(line(row))
+        if "error" in result:
+            lines.append(f"    error: {result['error'][:300]}")
+            continue
+        lines += [f"    {criterion_line(c)}" for c in result["criteria"]]
     return "\n".join(lines)
 
 

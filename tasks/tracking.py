@@ -185,8 +185,8 @@ def log_results(
     c = client(root)
     run = c.get_run(run_id)
     now = int(time.time() * 1000)
-    c.set_tag(run_id, f"{TAG}.data_sha256", data.sha256)
-    c.set_tag(run_id, f"{TAG}.dataset", data.name)
+    for key, value in dataset_tags(data).items():
+        c.set_tag(run_id, key, value)
     dvc_md5 = dvc_data_hash(root, spec)
     if dvc_md5:
         c.set_tag(run_id, f"{TAG}.dvc_md5", dvc_md5)
@@ -205,16 +205,63 @@ def log_results(
         return [Metric(metric_name(f"{prefix}/{k}"), float(v), now, 0) for k, v in items.items() if math.isfinite(float(v))]
 
     values = batch("train", artifacts.summary) + batch("eval", metrics.values) + batch("claim", claim.figures)
-    values += [Metric("claim/holds", float(claim.holds), now, 0), Metric("claim/sane", float(claim.sane), now, 0)]
+    values += claim_metrics(claim, now)
     for i in range(0, len(values), 900):
         c.log_batch(run_id, metrics=values[i : i + 900])
-    c.set_tag(run_id, f"{TAG}.claim_holds", str(claim.holds))
-    c.set_tag(run_id, f"{TAG}.claim", claim.statement[:5000])
+    for key, value in claim_tags(claim).items():
+        c.set_tag(run_id, key, value)
     for fig in metrics.figures:
         c.log_artifact(run_id, str(fig), "plots")
     for name in ("metrics.json", "claim.json"):
         if (out_dir / name).exists():
             c.log_artifact(run_id, str(out_dir / name), "results")
+
+
+STATE_CODE = {"holds": 1.0, "inconclusive": 0.0, "fails": -1.0}  # claim/<name>/state and claim/verdict as numbers
+CRITERION_TAG = f"{TAG}.criterion."
+
+
+def claim_metrics(claim: ClaimResult, timestamp: int) -> list:
+    """``claim/<criterion>/{estimate,low,high,threshold,state}``, ``claim/verdict`` and ``claim/sane``."""
+    from mlflow.entities import Metric
+
+    out = [Metric("claim/verdict", STATE_CODE[claim.verdict], timestamp, 0),
+           Metric("claim/sane", float(claim.sane), timestamp, 0)]
+    for criterion in claim.criteria:
+        fields = {"estimate": criterion.estimate, "low": criterion.low, "high": criterion.high,
+                  "threshold": criterion.threshold, "state": STATE_CODE[criterion.state]}
+        out += [Metric(metric_name(f"claim/{criterion.name}/{k}"), float(v), timestamp, 0)
+                for k, v in fields.items() if math.isfinite(float(v))]  # an infinite end (one unit) stays in the tag
+    return out
+
+
+def claim_tags(claim: ClaimResult) -> dict[str, str]:
+    """The verdict, the claim and one JSON tag per criterion (``paperline.criterion.<name>``), in order."""
+    tags = {f"{TAG}.verdict": claim.verdict, f"{TAG}.claim": claim.statement[:5000],
+            f"{TAG}.criteria": ",".join(c.name for c in claim.criteria)[:5000]}
+    for criterion in claim.criteria:
+        tags[metric_name(CRITERION_TAG + criterion.name)] = json.dumps(criterion.to_dict(), default=float)[:7000]
+    return tags
+
+
+def criteria_from_tags(tags: dict[str, str]) -> list[dict]:
+    """The criteria a run's tags hold (``claim_tags``), in the claim's order."""
+    order = [n for n in tags.get(f"{TAG}.criteria", "").split(",") if n]
+    out = []
+    for name in order:
+        raw = tags.get(metric_name(CRITERION_TAG + name))
+        if raw:
+            try:
+                out.append(json.loads(raw))
+            except json.JSONDecodeError:  # a tag cut at MLflow's length limit
+                out.append({"name": name, "state": "unreadable"})
+    return out
+
+
+def dataset_tags(data: DatasetRef) -> dict[str, str]:
+    """Which data a run (or a registered version) was trained on: name, content hash, real/synthetic, provenance."""
+    return {f"{TAG}.dataset": data.name, f"{TAG}.data_sha256": data.sha256, f"{TAG}.data_source": data.source,
+            f"{TAG}.data_provenance": data.provenance[:5000]}
 
 
 def dvc_data_hash(root: Path, spec: MethodSpec) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from models.base import ClaimResult, MethodConfig, MethodSpec, Metrics, StrictModel, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, MethodConfig, MethodSpec, Metrics, StrictModel, TrainedArtifacts, dataset_meta, write_manifest
 
 
 class Data(StrictModel):
@@ -35,7 +35,7 @@ def prepare(cfg: Config, data_dir: Path):
     x = rng.normal(size=(cfg.data.n, 4)).astype(np.float32)
     y = (x @ np.array([1.0, -2.0, 0.5, 3.0], dtype=np.float32) + 0.1 * rng.normal(size=cfg.data.n)).astype(np.float32)
     np.savez(data_dir / "xy.npz", x=x, y=y)
-    return write_manifest(data_dir, {"synthetic": True})
+    return write_manifest(data_dir, dataset_meta("synthetic", "numpy linear-regression draws"))
 
 
 def _net():
@@ -97,7 +97,10 @@ def evaluate(cfg: Config, data, artifacts, out_dir: Path) -> Metrics:
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    return ClaimResult("val mse < 1", {"mse": metrics["method/mse"]}, metrics["method/mse"] < 1.0, {})
+    from models.common.verdicts import exact_criterion
+
+    mse = metrics["method/mse"]
+    return ClaimResult("val mse < 1", [exact_criterion("mse", "validation MSE below 1", mse, 1.0, "<")], {}, {"mse": mse})
 
 
 if __name__ == "__main__":

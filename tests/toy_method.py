@@ -6,17 +6,22 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from models.base import ClaimResult, MethodConfig, MethodSpec, Metrics, StrictModel, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, MethodConfig, MethodSpec, Metrics, StrictModel, TrainedArtifacts, dataset_meta, write_manifest
 
 
 class Data(StrictModel):
     n: int = Field(64, gt=0)
+    source: Literal["synthetic", "real"] = "synthetic"  # lets a test stand in a "real" dataset
 
 
 class Config(MethodConfig):
     data: Data = Data()
     quality: float = 0.9  # becomes the primary metric: lets a test make a worse model on purpose
+    spread: float = 0.0  # per-seed scatter of the score around ``quality``: lets a test make a claim inconclusive
     fail: Literal["none", "nan", "sanity"] = "none"
+
+
+SEEDS = 3
 
 
 SPEC = MethodSpec("toy", "Toy method", "tests", "quality >= 0.5", Config, "tests.toy_method", "toy", "method/score")
@@ -33,7 +38,8 @@ class Predictor:
 def prepare(cfg: Config, data_dir: Path):
     x = np.random.default_rng(cfg.seed).normal(size=cfg.data.n)
     np.save(data_dir / "x.npy", x)
-    return write_manifest(data_dir, {"synthetic": True})
+    provenance = "numpy normal draws" if cfg.data.source == "synthetic" else "a stand-in for a real file (tests)"
+    return write_manifest(data_dir, dataset_meta(cfg.data.source, provenance, n=cfg.data.n))
 
 
 def train(cfg: Config, data, out_dir: Path) -> TrainedArtifacts:
@@ -60,9 +66,14 @@ def evaluate(cfg: Config, data, artifacts, out_dir: Path) -> Metrics:
     path = out_dir / "plots" / "loss.png"
     fig.savefig(path)
     plt.close(fig)
-    return Metrics({"method/score": cfg.quality, "baseline/score": 0.5}, [path])
+    offsets = np.linspace(-cfg.spread, cfg.spread, SEEDS)
+    per_seed = {f"method/seed{i}/score": cfg.quality + offsets[i] for i in range(SEEDS)}
+    return Metrics({"method/score": cfg.quality, "baseline/score": 0.5, **per_seed}, [path])
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    score = metrics["method/score"]
-    return ClaimResult("quality >= 0.5", {"score": score}, score >= 0.5, {"sane": cfg.fail != "sanity"})
+    from models.common.verdicts import mean_criterion
+
+    scores = [metrics[f"method/seed{i}/score"] for i in range(SEEDS)]
+    criterion = mean_criterion("score", "mean score over seeds >= 0.5", scores, 0.5, ">=", units="seeds")
+    return ClaimResult("quality >= 0.5", [criterion], {"sane": cfg.fail != "sanity"}, {"score": metrics["method/score"]})

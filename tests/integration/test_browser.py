@@ -201,7 +201,7 @@ def test_ui_pages_in_chromium(live, nightly):
         visit(f"{live['mlflow']}/#/experiments/{exp.experiment_id}/runs", "sleeping_rl-smoke",
               "paperline.sleeping_rl v2", shot="mlflow-experiment")
         visit(f"{live['mlflow']}/#/experiments/{exp.experiment_id}/runs/{champion_run}",
-              "eval/method/last10_reward_main", "claim/holds", shot="mlflow-run")
+              "eval/method/last10_reward_main", "claim/verdict", shot="mlflow-run")
         visit(f"{live['mlflow']}/#/models/paperline.sleeping_rl", "Version 3", "does not beat champion v2",
               shot="mlflow-registered-model")
         expect(page.get_by_text("champion").first).to_be_visible()

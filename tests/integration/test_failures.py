@@ -62,3 +62,28 @@ def test_champion_moves_only_when_earned(prefect_harness, project, toy):
     assert str(c.get_model_version_by_alias("paperline.toy", "champion").version) == "3"
     tags = c.get_model_version("paperline.toy", "2").tags
     assert tags["paperline.decision"] == "kept" and "0.6" in tags["paperline.reason"]
+
+
+def test_champion_is_compared_only_like_for_like(prefect_harness, project, toy):
+    from flows.pipelines import method_pipeline
+
+    c = tracking.client(project)
+    first = toy("quality=0.8")
+    assert first["promoted"]
+    tags = c.get_model_version("paperline.toy", "1").tags
+    assert tags["paperline.dataset"] == "toy" and tags["paperline.data_source"] == "synthetic"
+    assert tags["paperline.scale"] == "default" and len(tags["paperline.data_sha256"]) == 64
+
+    # Better metrics, but another dataset (other content; same files labelled real; another scale).
+    for version, overrides, why in (("2", ["data.n=32"], "another dataset"), ("3", ["data.source=real"], "another dataset")):
+        other = toy("quality=0.99", *overrides)
+        assert other["version"] == version and not other["promoted"], other
+        assert why in other["reason"] and "not compared with champion v1" in other["reason"]
+        assert c.get_model_version("paperline.toy", version).tags["paperline.decision"] == "not compared"
+    smoke = method_pipeline.with_options(validate_parameters=False)("toy", Scale.smoke, ["quality=0.99"])
+    assert not smoke["promoted"] and "another scale" in smoke["reason"]
+    assert str(c.get_model_version_by_alias("paperline.toy", "champion").version) == "1"
+    assert str(c.get_model_version_by_alias("paperline.toy", "challenger").version) == "4"
+
+    back = toy("quality=0.95")  # the champion's own dataset and scale: ranked, and better
+    assert back["promoted"] and back["version"] == "5"

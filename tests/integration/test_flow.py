@@ -30,7 +30,12 @@ def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project)
     assert tags["paperline.prefect_flow_run_id"] and tags["paperline.git_commit"]
     assert tags["paperline.data_sha256"] == read_dataset(project / "data" / spec.dataset).sha256
     assert f"eval/{spec.primary_metric}" in run.data.metrics
-    assert {"claim/holds", "claim/sane"} <= set(run.data.metrics)
+    assert {"claim/verdict", "claim/sane"} <= set(run.data.metrics)
+    assert tags["paperline.verdict"] == first["verdict"] in ("holds", "fails", "inconclusive")
+    assert tags["paperline.data_source"] in ("real", "synthetic") and tags["paperline.data_provenance"]
+    for criterion in first["criteria"]:
+        assert run.data.metrics[f"claim/{criterion['name']}/threshold"] == criterion["threshold"]
+        assert tracking.STATE_CODE[criterion["state"]] == run.data.metrics[f"claim/{criterion['name']}/state"]
     assert any(k.startswith("train/") for k in run.data.metrics)
     assert run.data.params["seed"] == "0"
     children = c.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")

@@ -27,12 +27,16 @@ def test_status_names_latest_run_claim_and_aliases(toy_runs, project):
     first, second = toy_runs
     (status,) = overview.collect(project, [toy_method.SPEC])
     assert status.run_id == second["run_id"] and status.status == "FINISHED"
-    assert status.holds is True and status.sane is True
+    assert status.verdict == "holds" and status.sane is True
     assert status.figures == {"score": pytest.approx(0.6)}
+    (criterion,) = status.criteria
+    assert criterion["name"] == "score" and criterion["estimate"] == pytest.approx(0.6) and criterion["state"] == "holds"
+    assert (status.dataset, status.data_source) == ("toy", "synthetic") and status.data_provenance
     assert (status.champion, status.challenger) == ("1", "2")
     assert "does not beat champion v1" in status.decision
     table = overview.status_table([status])
     assert table.splitlines()[2].split()[-2:] == ["v1", "v2"]
+    assert table.splitlines()[3].strip().startswith("score: 0.6") and "-> holds" in table
 
 
 def test_status_of_a_method_never_run(project):
@@ -48,7 +52,9 @@ def test_report_has_claim_table_figures_and_run_links(toy_runs, project):
     path = overview.write_report(project)
     assert path == project / "outputs" / "report" / "index.html"
     page = path.read_text()
-    assert "<table>" in page and ">toy<" in page and "quality &gt;= 0.5" in page
+    assert "<table" in page and ">toy<" in page and "quality &gt;= 0.5" in page
+    assert 'class="criteria"' in page and "<code>score</code>" in page and 'data-verdict="holds"' in page
+    assert "synthetic" in page and "numpy normal draws" in page
     assert f"/runs/{second['run_id']}" in page  # a link to the MLflow run
     figure = path.parent / "figures" / "toy" / "plots" / "loss.png"
     assert figure.is_file() and figure.read_bytes()[:4] == b"\x89PNG"
@@ -71,4 +77,38 @@ def test_status_command_prints_the_table_and_json(toy_runs, project, capsys):
     assert row.split()[-2:] == ["v1", "v2"] and "FINISHED" in row
     assert main(["status", "--json"]) == 0
     toy = next(item for item in json.loads(capsys.readouterr().out) if item["method"] == "toy")
-    assert toy["champion"] == "1" and toy["holds"] is True
+    assert toy["champion"] == "1" and toy["verdict"] == "holds"
+
+
+def test_every_view_of_a_verdict_agrees(prefect_harness, project, monkeypatch):
+    """An inconclusive claim reads the same in the flow result, claim.json, the claim table, MLflow,
+    ``paperline status`` and the report."""
+    from flows.pipelines import method_pipeline
+    from tasks import report
+
+    monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
+    # Per-seed scores 0.3, 0.6, 0.9: mean 0.6 >= 0.5, but the interval reaches far below it.
+    result = method_pipeline.with_options(validate_parameters=False)("toy", Scale.default, ["quality=0.6", "spread=0.3"])
+    assert result["verdict"] == "inconclusive"
+    (criterion,) = result["criteria"]
+    assert criterion["low"] < 0.5 < criterion["high"] and criterion["state"] == "inconclusive"
+    on_disk = json.loads((project / "outputs" / "toy" / "claim.json").read_text())
+    assert on_disk["verdict"] == "inconclusive" and on_disk["criteria"][0] == criterion
+
+    line = report.criterion_line(criterion)
+    assert line.startswith("score: 0.6 [") and line.endswith("-> inconclusive (3 seeds)")
+    table = report.text_table([result])
+    assert "inconclusive" in table.splitlines()[2] and line in table
+    assert line in report.markdown_table([result])
+
+    c = tracking.client(project)
+    run = c.get_run(result["run_id"])
+    assert run.data.tags["paperline.verdict"] == "inconclusive" and run.data.metrics["claim/verdict"] == 0.0
+    assert run.data.metrics["claim/score/low"] == pytest.approx(criterion["low"])
+    assert run.data.metrics["claim/score/high"] == pytest.approx(criterion["high"])
+
+    (status,) = overview.collect(project, [toy_method.SPEC])
+    assert status.verdict == "inconclusive" and status.criteria == [criterion]
+    assert line in overview.status_table([status])
+    page = overview.write_report(project, log_to_mlflow=False).read_text()
+    assert 'data-verdict="inconclusive"' in page and report.interval_text(criterion) in page
