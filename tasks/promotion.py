@@ -83,6 +83,10 @@ def decide_and_alias(root: Path, spec: MethodSpec, version: str, metrics: Metric
     """Tag ``version`` with its dataset and scale, set ``challenger`` on it and move ``champion`` if it earned it."""
     c = tracking.client(root)
     name = tracking.registered_name(spec)
+    decided = dict(c.get_model_version(name, version).tags)
+    if decided.get("paperline.decision") in ("promoted", "kept", "not compared"):  # a retried publish: same answer
+        return Decision(version, decided["paperline.decision"] == "promoted", decided.get("paperline.reason", ""),
+                        alias_version(c, spec, CHAMPION))
     tags = version_tags(data, scale, claim)
     for key, value in tags.items():
         c.set_model_version_tag(name, version, key, value)

@@ -34,14 +34,52 @@ class PublishResult:
         return asdict(self)
 
 
+RESULTS_LOGGED = f"{tracking.TAG}.results_logged"
+
+
+def version_of_run(c, spec: MethodSpec, run_id: str) -> str | None:
+    """The registered version made from ``run_id``, if a (retried or killed) publish already made one."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = c.search_model_versions(f"name='{tracking.registered_name(spec)}' and run_id='{run_id}'")
+    except MlflowException:
+        return None
+    return str(min(int(v.version) for v in versions)) if versions else None
+
+
+def mark_orphans(c, spec: MethodSpec, run_id: str) -> list[str]:
+    """Versions a killed publish registered but never decided on (no decision tag): tagged ``orphaned``,
+    so the registry says what they are; they never hold an alias."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        versions = c.search_model_versions(f"name='{tracking.registered_name(spec)}'")
+    except MlflowException:
+        return []
+    orphans = []
+    for v in versions:
+        if "paperline.decision" in v.tags or v.run_id == run_id:
+            continue
+        c.set_model_version_tag(v.name, v.version, "paperline.decision", "orphaned")
+        c.set_model_version_tag(v.name, v.version, "paperline.reason",
+                                "its publish step was interrupted before a decision; not compared, never champion")
+        orphans.append(str(v.version))
+    return orphans
+
+
 def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> PublishResult:
+    """Idempotent: a retry (Prefect retries this step) reuses the results and version its run id already has."""
     from tasks import promotion
 
     layout = steps.Layout(root, spec)
     metrics, claim = steps.load_results(spec, root)
     data = steps.load_data(spec, root)
     artifacts = TrainedArtifacts.load(layout.model_dir)
-    tracking.log_results(root, run_id, spec, data, artifacts, metrics, claim, layout.out_dir)
+    c = tracking.client(root)
+    if c.get_run(run_id).data.tags.get(RESULTS_LOGGED) != "1":
+        tracking.log_results(root, run_id, spec, data, artifacts, metrics, claim, layout.out_dir)
+        c.set_tag(run_id, RESULTS_LOGGED, "1")
     failed = tuple(k for k, ok in claim.sanity.items() if not ok)
     common = dict(method=spec.slug, run_id=run_id, claim=claim.statement, verdict=claim.verdict,
                   criteria=[c.to_dict() for c in claim.criteria], figures=claim.figures, sane=claim.sane,
@@ -51,10 +89,12 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
         tracking.fail_run(root, run_id, reason)
         champion, _ = promotion.champion_metric(tracking.client(root), spec)
         return PublishResult(**common, version=None, promoted=False, champion_version=champion, reason=reason)
-    spec.module().load_model(cfg, layout.model_dir)  # a model its own loader cannot rebuild is never registered
-    version = tracking.log_model(root, run_id, spec, cfg, layout.model_dir)
+    mark_orphans(c, spec, run_id)
+    version = version_of_run(c, spec, run_id)
+    if version is None:
+        spec.module().load_model(cfg, layout.model_dir)  # a model its own loader cannot rebuild is never registered
+        version = tracking.log_model(root, run_id, spec, cfg, layout.model_dir)
     decision = promotion.decide_and_alias(root, spec, version, metrics, claim, data, cfg.scale.value)
-    c = tracking.client(root)
     c.set_tag(run_id, "paperline.decision", "promoted" if decision.promoted else "kept")
     c.set_tag(run_id, "paperline.decision_reason", decision.reason)
     c.set_tag(run_id, "paperline.model_version", version)

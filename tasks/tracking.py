@@ -190,6 +190,9 @@ def log_results(
     dvc_md5 = dvc_data_hash(root, spec)
     if dvc_md5:
         c.set_tag(run_id, f"{TAG}.dvc_md5", dvc_md5)
+    # A retried publish after a crash half-way re-logs the variants: drop the half-logged ones first.
+    for old in c.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'", max_results=1000):
+        c.delete_run(old.info.run_id)
     for variant, records in artifacts.history.items():
         child = c.create_run(
             run.info.experiment_id,

@@ -186,7 +186,7 @@ def fit(
         saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds())
         history.on_epoch_logged = saver.save
         callbacks += [saver, HistoryState(history)]
-        if (ckpt_dir / "last.ckpt").is_file():
+        if (ckpt_dir / "last.ckpt").is_file() and _readable_checkpoint(ckpt_dir / "last.ckpt", variant):
             resume_from = str(ckpt_dir / "last.ckpt")
             print(f"  resuming {variant} from {resume_from}", flush=True)
     kwargs: dict[str, Any] = dict(
@@ -206,18 +206,24 @@ def fit(
     trainer = L.Trainer(**kwargs)
     if show_progress():
         print(f"  training {variant} ({max_epochs} epochs)", flush=True)
-    try:
-        # weights_only: a checkpoint is unpickled only as tensors and plain containers.
-        trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from,
-                    weights_only=True if resume_from else None)
-    except pickle.UnpicklingError as exc:
-        if resume_from is None:
-            raise
-        # Nothing was restored yet: start this fit afresh rather than unpickle arbitrary objects.
-        print(f"  {resume_from} holds objects weights_only=True refuses ({exc}); training {variant} from scratch",
-              flush=True)
-        history.records.clear()
-        trainer = L.Trainer(**kwargs)
-        trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader)
+    # weights_only: a checkpoint is unpickled only as tensors and plain containers (checked above too).
+    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from,
+                weights_only=True if resume_from else None)
     return history.records
+
+
+def _readable_checkpoint(path, variant: str) -> bool:
+    """Whether ``path`` loads with ``weights_only=True``. One that does not (objects the safe loader refuses,
+    a file truncated or emptied by a crash or a full disk) is renamed aside and reported, and the fit
+    starts afresh: an unreadable checkpoint never blocks later runs."""
+    try:
+        torch.load(path, map_location="cpu", weights_only=True)
+        return True
+    except (pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError, KeyError, AttributeError) as exc:
+        aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(path, aside)
+        reason = "holds objects weights_only=True refuses" if isinstance(exc, pickle.UnpicklingError) else "is unreadable"
+        print(f"  {path} {reason} ({type(exc).__name__}: {str(exc)[:200]}); set aside as {aside.name}; "
+              f"training {variant} from scratch", flush=True)
+        return False
 

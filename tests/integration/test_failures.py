@@ -87,3 +87,44 @@ def test_champion_is_compared_only_like_for_like(prefect_harness, project, toy):
 
     back = toy("quality=0.95")  # the champion's own dataset and scale: ranked, and better
     assert back["promoted"] and back["version"] == "5"
+
+
+def test_a_retried_publish_registers_its_run_once(prefect_harness, project, toy, monkeypatch):
+    """A transient error after registration makes Prefect retry publish: the retry reuses the version."""
+    from tasks import promotion
+
+    real, calls = promotion.decide_and_alias, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("tracking server went away for a moment")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(promotion, "decide_and_alias", flaky)
+    result = toy("quality=0.8")
+    assert len(calls) == 2 and result["version"] == "1" and result["promoted"]
+    c = tracking.client(project)
+    assert _versions(c) == [1]
+    run = c.get_run(result["run_id"])
+    children = c.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run.info.run_id}'")
+    assert sorted(ch.data.tags["paperline.variant"] for ch in children) == ["baseline", "method"]  # not twice
+
+
+def test_a_version_left_by_a_killed_publish_is_marked_orphaned(prefect_harness, project, toy):
+    from models.base import Scale
+    from tasks import publish, steps
+
+    spec = toy_method.SPEC
+    cfg = spec.make_config(Scale.default, {"quality": 0.99})
+    for step in (steps.prepare, steps.train, steps.evaluate):
+        step(spec, cfg, project)
+    killed_run = tracking.start_pipeline_run(spec, cfg, project)
+    orphan = tracking.log_model(project, killed_run, spec, cfg, project / "outputs" / "toy" / "model")  # then: SIGKILL
+
+    result = toy("quality=0.8")
+    c = tracking.client(project)
+    tags = c.get_model_version("paperline.toy", orphan).tags
+    assert tags["paperline.decision"] == "orphaned" and "interrupted" in tags["paperline.reason"]
+    assert result["version"] == "2" and result["promoted"]  # the orphan (0.99) was never ranked
+    assert publish.version_of_run(c, spec, killed_run) == orphan

@@ -66,6 +66,26 @@ def test_an_object_in_a_checkpoint_is_refused_not_unpickled(tmp_path, capfd):
     with checkpointing(tmp_path):
         restarted, records = _train(6)
     out = capfd.readouterr().out
-    assert "weights_only=True refuses" in out and "from scratch" in out
+    assert "weights_only=True refuses" in out and "from scratch" in out and "set aside" in out
     assert len(records) == len(full_records) == 6
+    assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
+
+
+@pytest.mark.parametrize("damage", ["empty", "truncated"])
+def test_an_unreadable_checkpoint_is_set_aside_and_the_fit_restarts(tmp_path, capfd, damage):
+    from models.common.runtime import checkpointing
+    from tests.unit.test_lightning_resume import Crash, _train
+
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        _train(6, callbacks=[Crash(epoch=3)])
+    ckpt = tmp_path / "001-method" / "last.ckpt"
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(b"" if damage == "empty" else data[: len(data) // 2])  # a crash mid-write, a full disk
+    _, full_records = _train(6)
+    capfd.readouterr()
+    with checkpointing(tmp_path):
+        _, records = _train(6)
+    out = capfd.readouterr().out
+    assert "is unreadable" in out and "set aside" in out and "from scratch" in out
+    assert [p.name.split("-")[0] for p in ckpt.parent.glob("last.ckpt.unreadable-*")] == ["last.ckpt.unreadable"]
     assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
