@@ -21,9 +21,10 @@ $(STAMP): requirements/base.txt requirements/methods.txt requirements/constraint
 
 install: $(STAMP)
 
-## The main job: every registered method at default scale through the Prefect flow.
+## The main job: every registered method at default scale through the Prefect flow, two at a time
+## (one per core, longest first) on a local Dask cluster.
 run: install
-	$(BIN)/paperline run --all
+	$(BIN)/paperline run --all --runner dask --workers 2
 
 ## Debian's chromium for the browser test (Playwright cannot download browsers here).
 browser:

@@ -209,4 +209,20 @@ def test_ui_pages_in_chromium(live, nightly):
         visit(report.as_uri(), "paperline report", "sleeping_rl", "kernel_sgd", shot="report")
         widths = page.eval_on_selector_all("#sleeping_rl img", "imgs => imgs.map(i => i.naturalWidth)")
         assert widths and all(w > 0 for w in widths), "report figures did not load"
+        # The method's section renders its verdict badge and its criteria table, one row per criterion, each
+        # with an estimate and a state badge, laid out on the page (not just present in the HTML).
+        section = page.locator("#sleeping_rl")
+        expect(section.locator("h2 .badge")).to_be_visible()
+        table = section.locator("table.criteria")
+        expect(table).to_be_visible()
+        box = table.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 40, box
+        cells = table.locator("tbody tr").first.locator("td")
+        assert cells.count() == 7 and cells.nth(2).inner_text().strip()[0] in "-0123456789"
+        states = table.locator("tbody .badge").all_inner_texts()
+        assert states and set(states) <= {"holds", "fails", "inconclusive"}, states
+        image = section.locator("figure img").first
+        expect(image).to_be_visible()
+        assert image.bounding_box()["width"] > 100
+        section.screenshot(path=str(SHOTS / "report-sleeping_rl.png"))
         browser.close()
