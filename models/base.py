@@ -35,9 +35,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Annotated, Any, ClassVar, Literal, Mapping, Self, Sequence
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 MANIFEST = "MANIFEST.json"
+SEED_MAX = 2**32 - 1
 
 
 class Scale(str, Enum):
@@ -69,9 +70,10 @@ def user_data_path(relative: str) -> Path:
 
 
 class StrictModel(BaseModel):
-    """Base of all configs: strict types, immutable, unknown keys rejected."""
+    """Base of all configs: strict types, immutable, unknown keys rejected, floats finite (``inf``,
+    ``nan`` and overflowing literals such as ``1e400`` are refused before anything runs)."""
 
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid")
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class MethodConfig(StrictModel):
@@ -85,7 +87,7 @@ class MethodConfig(StrictModel):
     SCALES: ClassVar[dict[str, dict[str, Any]]] = {"smoke": {}, "paper": {}}
 
     scale: Scale = Scale.default  # which named size this is; set by for_scale, not an override
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=SEED_MAX)  # NumPy's seeding range, so a bad seed fails here, not in prepare
 
     @classmethod
     def for_scale(cls, scale: Scale | str, overrides: Mapping[str, Any] | None = None) -> Self:

@@ -22,6 +22,9 @@ with a conditional teacher):
   3. evaluation on held-out pairs: teacher at NFE 1..100 (the baseline, I2SB's DDPM-posterior
      sampler) versus IBMD at NFE 1: energy distance and sliced W2 of (x0_hat, x1) against the true
      (x0, x1); the toy's bimodality; digits PSNR, classifier accuracy (the paper's CA) and diversity.
+  4. claim, per toy setup, each criterion with a 95 % interval over 8 disjoint held-out blocks (the same
+     x1 for every sampler): ED(IBMD-1) - 1.5 ED(teacher-100) <= 0, ED(IBMD-1) - 0.5 ED(teacher-1) <= 0,
+     |frac(|x0_2| > 0.5) - truth| <= 0.1.
 
 Deliberate deviations and choices (all [inferred] in the brief unless stated):
 * Data: no ImageNet / E2H / DIODE or their I2SB/DDBM checkpoints offline. The brief's substitutes:
@@ -60,8 +63,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
 from models.common import plotting
+from models.common import verdicts as V
 from models.common.batches import Rows, random_batches, whole_batch
 from models.common.diffusion import BridgeSchedule
 from models.common.lightning import fit, set_threads
@@ -82,6 +86,13 @@ from .networks import BridgeNet, OneStepGenerator, with_noise_inputs
 
 TEACHER_EPOCH_STEPS = 100  # teacher batches per Lightning epoch (one validation and checkpoint each)
 DISTILL_EPOCH_STEPS = 50  # generator steps per Lightning epoch
+# The claim's paired units: disjoint blocks of the held-out toy pairs (one trained teacher and student per
+# setup; retraining per seed would double the ~80 s default run). Every sampler is scored on the same
+# block of x1, so per-block differences are paired; the interval covers evaluation noise, not training noise.
+EVAL_BLOCKS = 8
+ED_MANY_FACTOR = 1.5  # the brief: ED(IBMD-1) <= 1.5 x ED(teacher-many)
+ED_ONE_FACTOR = 0.5  # the brief: ED(IBMD-1) <= 0.5 x ED(teacher-1)
+BIMODAL_TOLERANCE = 0.1  # the brief: |frac(|x0_2| > threshold) - truth| <= 0.1
 
 
 # ----------------------------------------------------------------------------- setups
@@ -126,7 +137,20 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     else:
         toy = make_toy(cfg.data, cfg.seed)
     np.savez(data_dir / "toy.npz", **toy)
+    d = cfg.data
+    if d.pairs_npz:
+        source, provenance = "real", f"user-supplied paired set data/{d.pairs_npz} (x0, x1)"
+    else:
+        source, provenance = "synthetic", (
+            f"2-D toy from seed {cfg.seed}: 8 Gaussians on a circle (radius {d.toy_radius:g}, std {d.toy_std:g}), "
+            f"x1 = (x0_1 + N(0, {d.toy_x1_noise:g}^2), 0)")
+    if d.digits:
+        import sklearn
+
+        provenance += (f"; digits: scikit-learn {sklearn.__version__} load_digits (real images), corrupted by "
+                       f"2x2 average pool + N(0, {d.digits_noise:g}^2)")
     meta = {
+        **dataset_meta(source, provenance),
         "generator": cfg.data.pairs_npz or "8 Gaussians on a circle; x1 = (x0_1 + noise, 0)",
         "synthetic": not cfg.data.pairs_npz,
         "seed": cfg.seed,
@@ -314,6 +338,8 @@ def evaluate_setup(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, see
         values[f"{name}/ed"] = energy_distance(joint, joint_true, true_self, paired=True)
         values[f"{name}/sw2"] = sliced_w2(joint, joint_true, seed=seed)
         values[f"{name}/mse"] = float(((x - x0) ** 2).mean())
+    if setup.toy:
+        values.update(block_values(cfg, samples, x0, x1))
     if setup.toy and x0.shape[1] >= 2:
         for name, x in samples.items():
             values[f"{name}/frac_bimodal"] = bimodal_fraction(x, cfg.bimodal_threshold)
@@ -343,6 +369,29 @@ def evaluate_setup(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, see
     values.update({f"ibmd/{k}": v for k, v in bridge_diagnostics(cfg, student, teacher, fake, x1, seed).items()})
     values["ibmd/init_gap"] = init_gap(cfg, setup, teacher, tensor(arrays["x1_train"][:1024]), seed)
     return {"values": values, "samples": samples, "x0": x0, "x1": x1}
+
+
+def blocks(n: int) -> list[slice]:
+    """EVAL_BLOCKS disjoint equal-size blocks of n held-out pairs (a remainder of < EVAL_BLOCKS pairs is unused)."""
+    size = n // EVAL_BLOCKS
+    return [slice(b * size, (b + 1) * size) for b in range(EVAL_BLOCKS)]
+
+
+def block_values(cfg: Config, samples: dict[str, torch.Tensor], x0: torch.Tensor, x1: torch.Tensor) -> dict[str, float]:
+    """Per held-out block: every sampler's joint energy distance (against the block's own true pairs) and
+    bimodal fraction, keyed ``<sampler>/block<b>_<metric>`` (the claim's paired units)."""
+    out: dict[str, float] = {}
+    for b, rows in enumerate(blocks(len(x0))):
+        joint_true = torch.cat([x0[rows], x1[rows]], 1)
+        true_self = mean_pairwise_distance(joint_true, joint_true, True)
+        for name, x in samples.items():
+            out[f"{name}/block{b}_ed"] = energy_distance(torch.cat([x[rows], x1[rows]], 1), joint_true, true_self,
+                                                         paired=True)
+        if x0.shape[1] >= 2:
+            for name, x in samples.items():
+                out[f"{name}/block{b}_frac_bimodal"] = bimodal_fraction(x[rows], cfg.bimodal_threshold)
+            out[f"truth/block{b}_frac_bimodal"] = bimodal_fraction(x0[rows], cfg.bimodal_threshold)
+    return out
 
 
 def metric_values(cfg: Config, setup: Setup, values: dict[str, float], summary: dict) -> dict[str, float]:
@@ -479,16 +528,28 @@ def plot_digits(cfg: Config, res: dict, path: Path, n: int = 10) -> Path:
 # ----------------------------------------------------------------------------- claim
 
 
+def per_block(v: dict[str, float], key: str) -> np.ndarray:
+    """The per-block values of one metric: ``key`` holds ``{b}`` where the block index goes."""
+    return np.array([v[key.format(b=b)] for b in range(EVAL_BLOCKS)])
+
+
+def abs_mean_gap(frac: np.ndarray, truth: np.ndarray) -> float:
+    """|mean(frac) - mean(truth)| over equal-size blocks = |pooled fraction - pooled true fraction|."""
+    return float(abs(np.mean(frac) - np.mean(truth)))
+
+
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """The brief's criteria on every toy teacher (conditional and unconditional): ED(IBMD-1) <= 1.5 x
-    ED(teacher-many), ED(IBMD-1) <= 0.5 x ED(teacher-1), |frac(|x0_2| > 0.5) - truth| <= 0.1.
+    """The brief's criteria on every toy teacher (conditional and unconditional), each over EVAL_BLOCKS
+    paired held-out blocks: ED(IBMD-1) - 1.5 x ED(teacher-many) <= 0 and ED(IBMD-1) - 0.5 x ED(teacher-1) <= 0
+    (t-intervals of the per-block excess), |frac(|x0_2| > 0.5) - truth| <= 0.1 (bootstrap over blocks).
     Sanity: x1-only distillation and G_init = teacher one-step (any scale); at default scale the toy
     must discriminate: the many-step teacher within 0.1 of the true fraction, the one-step teacher
     at most half of it ("collapses")."""
     v = metrics.values
     many = f"nfe{cfg.many_nfe}"
+    units = "held-out blocks"
     figures: dict[str, float] = {}
-    holds = True
+    criteria = []
     sanity: dict[str, bool] = {}
     for setup in setups(cfg):
         s = setup.name
@@ -505,12 +566,26 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         ed, ed_one, ed_many = v[f"method/{s}_ed"], v[f"baseline/{s}_ed_nfe1"], v[f"baseline/{s}_ed_{many}"]
         figures[f"{s}_ed_ratio_ibmd_to_teacher_{many}"] = ed / max(ed_many, 1e-12)
         figures[f"{s}_ed_ratio_ibmd_to_teacher_nfe1"] = ed / max(ed_one, 1e-12)
-        holds &= ed <= 1.5 * ed_many and ed <= 0.5 * ed_one
+        # "ED <= c x ED_teacher" as the per-block excess ED - c x ED_teacher <= 0: linear, so a t-interval over
+        # blocks fits it, and it stays well-conditioned when the teacher's ED is near the U-statistic's zero
+        # (where a ratio's bootstrap would divide by noise).
+        block_ed = per_block(v, f"method/{s}_block{{b}}_ed")
+        for factor, nfe, label in ((ED_MANY_FACTOR, many, f"teacher_{many}"), (ED_ONE_FACTOR, "nfe1", "teacher_nfe1")):
+            criteria.append(V.difference_criterion(
+                f"{s}_ed_vs_{label}",
+                f"{s}: ED(IBMD, NFE 1) - {factor:g} x ED(teacher, NFE {nfe.removeprefix('nfe')}) on joint (x0_hat, x1)",
+                block_ed, factor * per_block(v, f"baseline/{s}_block{{b}}_ed_{nfe}"), 0.0, "<=", units=units))
         if f"method/{s}_frac_bimodal" not in v:  # a 1-D user-supplied pair set has no second coordinate
             continue
         truth = v[f"oracle/{s}_truth_frac_bimodal"]
         frac, frac_one, frac_many = (v[f"method/{s}_frac_bimodal"], v[f"baseline/{s}_frac_bimodal_nfe1"],
                                      v[f"baseline/{s}_frac_bimodal_{many}"])
+        criteria.append(V.bootstrap_criterion(
+            f"{s}_bimodal_gap_to_truth",
+            f"{s}: |frac(|x0_2| > {cfg.bimodal_threshold:g}) of IBMD at NFE 1 - the true fraction|",
+            abs_mean_gap, (per_block(v, f"method/{s}_block{{b}}_frac_bimodal"),
+                           per_block(v, f"oracle/{s}_truth_block{{b}}_frac_bimodal")),
+            BIMODAL_TOLERANCE, "<=", units=units, seed=cfg.seed))
         figures.update({
             f"{s}_frac_bimodal_truth": truth,
             f"{s}_frac_bimodal_ibmd_nfe1": frac,
@@ -521,17 +596,18 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         })
         if f"oracle/{s}_ed" in v:
             figures[f"{s}_ed_exact_posterior"] = v[f"oracle/{s}_ed"]
-        holds &= abs(frac - truth) <= 0.1
         if cfg.scale == Scale.default:
             # The toy must be a real test: the many-step teacher finds both modes, its one-step mean does not.
-            sanity[f"{s}_teacher_{many}_recovers_bimodality"] = abs(frac_many - truth) <= 0.1
+            sanity[f"{s}_teacher_{many}_recovers_bimodality"] = abs(frac_many - truth) <= BIMODAL_TOLERANCE
             sanity[f"{s}_teacher_nfe1_collapses"] = frac_one <= 0.5 * truth
     toy_names = [s.name for s in setups(cfg) if s.toy]
     statement = (
         f"IBMD at NFE 1 vs the I2SB teacher at NFE 1 and {cfg.many_nfe} on the 2-D bimodal bridge ({', '.join(toy_names)}): "
-        f"ED(IBMD-1) <= 1.5 x ED(teacher-{cfg.many_nfe}), ED(IBMD-1) <= 0.5 x ED(teacher-1), and "
-        f"|frac(|x0_2| > {cfg.bimodal_threshold:g}) - truth| <= 0.1; digits restoration reported alongside"
+        f"ED(IBMD-1) <= {ED_MANY_FACTOR:g} x ED(teacher-{cfg.many_nfe}), ED(IBMD-1) <= {ED_ONE_FACTOR:g} x ED(teacher-1), and "
+        f"|frac(|x0_2| > {cfg.bimodal_threshold:g}) - truth| <= {BIMODAL_TOLERANCE:g}; digits restoration reported alongside"
     )
     notes = (f"scale={cfg.scale.value}; the claim must hold for every toy teacher ({', '.join(toy_names)}); "
-             "energy distance is the U-statistic on joint (x0_hat, x1) against held-out (x0, x1)")
-    return ClaimResult(statement, figures, bool(holds), sanity, notes)
+             "energy distance is the U-statistic on joint (x0_hat, x1) against held-out (x0, x1); intervals are over "
+             f"{EVAL_BLOCKS} disjoint held-out blocks of one trained teacher/student per setup (evaluation noise only, "
+             "not seed-to-seed training noise); the full-sample ED ratios are in the figures")
+    return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -16,6 +16,11 @@ Variants: ``method`` = step-decay SGD, ``baseline`` = averaged constant-step SGD
 compares these two), ``baseline_krr`` = tuned KRR. For a power-law target the metric keys read
 ``<variant>/<target>_...`` (e.g. ``method/s1_slope``) and the learning curves ``<variant>_<target>``.
 
+Claim check (``claim``): three criteria over the claim target's paired seeds, each a percentile
+bootstrap: risk(n_max) of step-decay SGD / averaged SGD <= 0.75 and / KRR <= 0.75 (the brief's
+"<= 0.75 x min(avg, KRR)"), and the slope of its seed-mean curve minus KRR's <= -0.1. evaluate emits
+the per-seed tuned risks (``<variant>/seed<k>/excess_risk_n<n>``) they are rebuilt from.
+
 Why no Lightning: the method *is* a per-sample recursion with a hand-set step-size schedule: no
 mini-batches, epochs, autograd or optimiser state. All runs (every n, step size, schedule, seed and
 target: hundreds of independent SGD runs) are one batched tensor recursion, updated sample by sample;
@@ -58,8 +63,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
 from models.common import plotting
+from models.common import verdicts as V
 from models.common.runtime import show_progress
 from models.kernel_sgd import algorithm as alg
 from models.kernel_sgd.config import Config
@@ -119,6 +125,9 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         t["tail_energy"] = alg.tail_energy(t["source"], d.harmonics, d.beta)
     np.savez(Path(data_dir) / DATA_FILE, **arrays)
     meta = {
+        **dataset_meta("synthetic", f"generated from seed {cfg.seed}: uniform theta on S^1, kernel eigenvalues "
+                       f"k^-{d.beta:g} truncated at K = {d.harmonics}, n up to 2^{d.log2_n_max}, "
+                       f"targets {[t['name'] for t in targets]}"),
         "generator": "uniform theta on S^1, y = f*(theta) + noise * N(0, 1); kernel sum_k 2 k^-beta cos(k(a-b))",
         "synthetic": True,
         "seed": cfg.seed,
@@ -268,6 +277,11 @@ def _evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_di
             curves[name][est] = dict(mean=mean, sem=sem, slope=slope, intercept=intercept, tuned=grids[est][best])
             v = VARIANT[est]
             values[f"{v}/{prefix}excess_risk"] = float(mean[-1])
+            if name == CLAIM_TARGET:  # per-seed tuned risks: the paired units of the claim's intervals
+                chosen = risk[best, np.arange(len(ns))]  # (n, seed), one grid value per n for all seeds
+                for j, n in enumerate(ns):
+                    for seed in range(risk.shape[-1]):
+                        values[f"{v}/seed{seed}/excess_risk_n{int(n)}"] = float(chosen[j, seed])
             values[f"{v}/{prefix}slope"] = slope
             values[f"theory/{prefix}slope_{est}"] = alg.theory_slope(est, source, beta)
             decreases &= bool(mean[-1] < mean[0])
@@ -396,14 +410,46 @@ def _plot_tuning(ns, curves, path: Path) -> Path:
 # ----------------------------------------------------------------------------- claim
 
 
+def _per_seed_risks(cfg: Config, values: dict[str, float], variant: str) -> np.ndarray:
+    """(n, seed) tuned excess risks of the claim target, rebuilt from evaluate's per-seed keys."""
+    d = cfg.data
+    return np.array([[values[f"{variant}/seed{seed}/excess_risk_n{2**j}"] for seed in range(d.top_seeds)]
+                     for j in range(d.log2_n_min, d.log2_n_max + 1)])
+
+
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
+    """The brief's two conjuncts as criteria over the claim target's paired seeds (common random numbers:
+    seed k's stream feeds every estimator). "risk <= 0.75 min(avg, KRR)" is one ratio criterion per
+    baseline; the slope gap is a bootstrap over seeds of the slope of the seed-mean curves, as today's
+    number is. The per-n oracle tuning is held fixed inside the bootstrap (not re-tuned per resample)."""
     v = metrics.values
-    ratio = float(v["method/risk_ratio_vs_best_baseline"])
-    gap = float(v["method/slope_minus_krr_slope"])
-    holds = bool(ratio <= RISK_RATIO_MAX and gap <= -SLOPE_MARGIN)
+    ns = np.array([2**j for j in range(cfg.data.log2_n_min, cfg.data.log2_n_max + 1)])
+    lo, hi = (2**e for e in cfg.fit_log2_range)
+    risks = {est: _per_seed_risks(cfg, v, VARIANT[est]) for est in ESTIMATORS}
+    units = "paired seeds (common data streams)"
+    criteria = [
+        V.ratio_of_means_criterion(
+            f"risk_ratio_vs_{est}",
+            f"excess risk at n = {ns[-1]}: step-decay SGD / {LABEL[est]} (seed means)",
+            risks["exp_sgd"][-1], risks[est][-1], RISK_RATIO_MAX, "<=", units=units)
+        for est in ("avg_sgd", "krr")
+    ]
+    fit = (ns >= lo) & (ns <= hi)
+    n_fit = int(fit.sum())
+
+    def slope_gap(*per_n: np.ndarray) -> float:  # per_n: step-decay risks at each fitted n, then KRR's
+        exp_mean = np.array([a.mean() for a in per_n[:n_fit]])
+        krr_mean = np.array([a.mean() for a in per_n[n_fit:]])
+        return alg.fit_slope(ns[fit], exp_mean, lo, hi)[0] - alg.fit_slope(ns[fit], krr_mean, lo, hi)[0]
+
+    criteria.append(V.bootstrap_criterion(
+        "slope_gap_vs_krr",
+        f"log-log slope over n in [2^{cfg.fit_log2_range[0]}, 2^{cfg.fit_log2_range[1]}] of the seed-mean curve: "
+        "step-decay SGD minus KRR",
+        slope_gap, [*risks["exp_sgd"][fit], *risks["krr"][fit]], -SLOPE_MARGIN, "<=", units=units))
     figures = {
-        "risk_ratio_exp_vs_best_baseline": ratio,
-        "slope_exp_minus_slope_krr": gap,
+        "risk_ratio_exp_vs_best_baseline": v["method/risk_ratio_vs_best_baseline"],
+        "slope_exp_minus_slope_krr": v["method/slope_minus_krr_slope"],
         "risk_exp_nmax": v["method/excess_risk"],
         "risk_avg_nmax": v["baseline/excess_risk"],
         "risk_krr_nmax": v["baseline_krr/excess_risk"],
@@ -430,7 +476,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             figures[f"{name}_slope_{short}"] = v[f"{est}/{name}_slope"]
     notes = (
         f"Claim target f* = sqrt(2) cos theta; slopes fitted over n in [2^{cfg.fit_log2_range[0]}, "
-        f"2^{cfg.fit_log2_range[1]}]. Criteria: ratio <= {RISK_RATIO_MAX} and slope gap <= -{SLOPE_MARGIN}. "
+        f"2^{cfg.fit_log2_range[1]}]; intervals are percentile bootstraps over the {cfg.data.top_seeds} paired seeds. "
         f"Tuned eta0 ||phi||^2 at n_max = {v['method/tuned_eta0_norm_nmax']:.3g}. "
         f"{int(v['check/tuned_at_grid_edge'])} (target, estimator, n) oracle choices sit on a grid end "
         f"(listed in grid_edges.json; claim target at n_max: {'yes' if v['check/tuned_at_grid_edge_nmax_claim'] else 'no'}). "
@@ -440,4 +486,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "Step-decay last-iterate kernel SGD beats saturated averaged SGD and tuned KRR on a very smooth target: "
         f"risk(n_max) <= {RISK_RATIO_MAX} x best baseline and slope <= slope_KRR - {SLOPE_MARGIN}"
     )
-    return ClaimResult(statement=statement, figures=figures, holds=holds, sanity=sanity, notes=notes)
+    return ClaimResult(statement, criteria, sanity=sanity, figures=figures, notes=notes)

@@ -38,6 +38,15 @@ Deliberate deviations (and why):
   which ``claim`` uses) adds the pool -> test distribution shift. Both are reported.
 - Evaluation runs on the CPU; the ``paper`` scale (s = 989,533 x 25 runs, PGD 512 steps) is configured
   but was not run here.
+
+Claim check (``claim``), on the held-out test-split resample; the units are the independent
+certification runs (sampling seeds), whose relative errors ``evaluate`` emits as
+``method/<setting>/run<r>/rel_err``. For each upsampled linear setting (d = 256, 1024 by default):
+the pass rate (relative error <= eps) >= 0.95 with its Clopper-Pearson interval over the runs, and
+the median relative error <= eps / 2 with a percentile-bootstrap interval over the runs; for the
+MLP with the PGD oracle: the pass rate >= 0.9 (Clopper-Pearson). The d = 64 setting's own
+">= 95 % and median <= eps / 2" is the must-pass ``epsnet_guarantee_holds`` (the reference the
+other dimensions are compared with).
 """
 
 from __future__ import annotations
@@ -52,8 +61,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
+from models.base import ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
 from models.common import plotting
+from models.common import verdicts as V
 from models.common.lightning import fit, set_threads, show_progress
 from models.pag_cert import algorithm as alg
 from models.pag_cert import data as images
@@ -68,14 +78,21 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     """Write the images and a seeded train / pool / test split."""
     if cfg.data.source == "mnist":
         x, y = images.load_mnist_idx(user_data_path(cfg.data.mnist_dir))
+        provenance = f"user-supplied MNIST idx files in data/{cfg.data.mnist_dir}"
     else:
+        import sklearn
+
         x, y = images.load_digits01()
+        provenance = f"scikit-learn {sklearn.__version__} load_digits (bundled 8x8 digits, scaled to [0, 1])"
     split = images.split_labels(len(x), cfg.data.train_frac, cfg.data.pool_frac, cfg.seed)
     images.write_images(data_dir, x, y, split)
     sizes = {name: int((split == code).sum()) for name, code in images.SPLITS.items()}
+    provenance += f"; train/pool/test split {cfg.data.train_frac:g}/{cfg.data.pool_frac:g}/rest with seed {cfg.seed}"
+    # Both sources are a benchmark's own images; ``dataset`` keeps the config's name for which one.
     return write_manifest(
         data_dir,
-        meta={"source": cfg.data.source, "side": int(x.shape[1]), "classes": int(y.max() + 1), "synthetic": False, **sizes},
+        meta={"dataset": cfg.data.source, "side": int(x.shape[1]), "classes": int(y.max() + 1), "synthetic": False,
+              **sizes, **dataset_meta("real", provenance)},
     )
 
 
@@ -308,6 +325,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     for setting, by_label in runs.items():
         for label, results in by_label.items():
             prefix = f"{label}/{setting}"
+            if label == "method":  # the claim's units: one relative error per certification run
+                for r, result in enumerate(results):
+                    values[f"{prefix}/run{r}/rel_err"] = float(result["rel_err"])
             for where in ("", "pool_"):  # held-out test split (paper's check), fresh resample of D
                 rel = np.array([r[f"{where}rel_err"] for r in results])
                 values[f"{prefix}/{where}pass_rate"] = float(np.mean(rel <= g.epsilon))
@@ -414,6 +434,19 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     def criterion2(setting: str, where: str = "") -> bool:  # >= 19/20 runs pass and median <= eps / 2
         return v[f"method/{setting}/{where}pass_rate"] >= 0.95 and v[f"method/{setting}/{where}rel_err_median"] <= eps / 2
 
+    def run_errors(setting: str) -> np.ndarray:
+        n = sum(1 for k in v if k.startswith(f"method/{setting}/run") and k.endswith("/rel_err"))
+        return np.array([v[f"method/{setting}/run{r}/rel_err"] for r in range(n)])
+
+    def pass_rate(setting: str, threshold: float) -> Criterion:
+        # A proportion, not an exact count: the runs are draws of the sampling process, and "passes in
+        # >= 95 % of runs" is a statement about its pass probability, which k/n only estimates (at 20
+        # runs even 20/20 leaves that open: its Clopper-Pearson lower end is 0.83).
+        errors = run_errors(setting)
+        return V.proportion_criterion(
+            f"{setting}_pass_rate", f"{setting}: share of runs whose held-out relative error is <= eps = {eps}",
+            int(np.sum(errors <= eps)), len(errors), threshold, ">=", "certification runs")
+
     figures = {"samples": v["method/samples"], "control_samples": v["baseline/samples"]}
     for s in settings:
         for where in ("", "pool_"):
@@ -436,6 +469,14 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     if cfg.scale == Scale.default:
         sanity["epsnet_guarantee_holds"] = criterion2(primary)
         sanity["control_visibly_worse"] = ctrl >= 3 * meth and ctrl > meth
+
+    criteria = []
+    for s in others:
+        criteria.append(pass_rate(s, 0.95))
+        criteria.append(V.bootstrap_criterion(
+            f"{s}_rel_err_median", f"{s}: median over runs of the held-out relative error, vs eps / 2",
+            np.median, [run_errors(s)], eps / 2, "<=", "certification runs"))
+    criteria.append(pass_rate("mlp_pgd", 0.9))
     dims_ok = all(criterion2(s) for s in others)
     mlp_ok = v["method/mlp_pgd/pass_rate"] >= 0.9
     statement = (
@@ -453,9 +494,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         for s in settings
     )
     notes = (
-        f"d-independence {'holds' if dims_ok else 'fails'} on the test split and "
-        f"{'holds' if all(criterion2(s, 'pool_') for s in linear) else 'fails'} on a fresh resample of D "
-        f"(the theorem's setting; the test split is a shifted distribution); MLP-PGD {'passes' if mlp_ok else 'fails'}. "
+        f"Point estimates: d-independence {'met' if dims_ok else 'missed'} on the test split and "
+        f"{'met' if all(criterion2(s, 'pool_') for s in linear) else 'missed'} on a fresh resample of D "
+        f"(the theorem's setting; the test split is a shifted distribution); MLP-PGD {'met' if mlp_ok else 'missed'}. "
         f"{per_setting}."
     )
-    return ClaimResult(statement, figures, dims_ok and mlp_ok, sanity, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.base import DatasetRef, user_data_path, write_manifest
+from models.base import DatasetRef, dataset_meta, user_data_path, write_manifest
 
 INDEX = "index.json"
 USER_FILE = "estimate/user.npz"
@@ -113,7 +113,15 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
         index["estimate"].append({"file": USER_FILE, "d": user.d, "m": len(user.x_test),
                                   "shift": None if np.isnan(user.shift) else user.shift, "name": "user"})
     (data_dir / INDEX).write_text(json.dumps(index, indent=1))
+    generated = (f"generated from seed {cfg.seed}: conjugate Gaussian mean model (sigma {dc.sigma:g}, sigma0 "
+                 f"{dc.sigma0:g}, n {dc.n_train}), {dc.replicates} part-1 replicates, "
+                 f"{len(dc.estimate_settings)} part-2 settings")
+    if dc.user_npz:  # it joins part 2 and can be the hardest setting the claim is read on
+        source = dataset_meta("real", f"user file data/{dc.user_npz} in part 2; everything else {generated}")
+    else:
+        source = dataset_meta("synthetic", generated)
     return write_manifest(data_dir, meta={
+        **source,
         "generator": "conjugate Gaussian mean model, z_train = 0, test mean = shift * 1",
         "synthetic": True, "n_train": dc.n_train, "snr_datasets": len(index["snr"]),
         "estimate_datasets": len(index["estimate"]), "user_npz": dc.user_npz,

@@ -26,7 +26,7 @@ batch, optimiser and seed; ``evaluate`` samples one action chunk per test scene 
 no clipping) with the same noise for every policy and scores success
 (final position within 0.05 of either grasp point and orientation error < 15 degrees), and
 measures the equivariance error of each denoiser on random rotations; ``claim`` checks the
-brief's criteria.
+brief's criteria, each a criterion over the training seeds (one today, so at best inconclusive).
 
 Deliberate deviations and choices (all [inferred] in the brief unless stated):
 * Data: MimicGen / MuJoCo 2.3.2 with the custom robosuite forks is infeasible offline, so the
@@ -96,8 +96,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
 from models.common import plotting
+from models.common import verdicts as V
 from models.common.batches import Rows, random_batches, whole_batch
 from models.common.lightning import fit, set_threads
 
@@ -137,7 +138,11 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     for name, arrays in splits.items():
         save_demos_npz(Path(data_dir) / f"{name}.npz", arrays)
     points, grasps = object_template(cfg.data, cfg.seed)
+    d = cfg.data
+    provenance = (f"models.sdp.data synthetic reach-and-align (seed {cfg.seed}): {d.n_points}-point asymmetric object, "
+                  f"2 grasp points, {d.horizon}-step demos; train/val/test_yaw yaw-rotated, test_so3 uniform SO(3)")
     return write_manifest(data_dir, meta={
+        **dataset_meta("synthetic", provenance),
         "generator": "synthetic 3-D reach-and-align: asymmetric 32-point object, 2 grasp points, 16-step demos",
         "synthetic": True,
         "seed": cfg.seed,
@@ -419,8 +424,10 @@ def plot_learning_curves(history: dict, path: Path) -> Path:
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     """Brief: SDP-lite OOD success >= 0.8 x its in-distribution success; the baseline's OOD success
-    drops by >= 30 points; SFiLM >= flattened FiLM on OOD success. Must pass: SDP-lite's
-    equivariance error < 1e-4 (float32, random rotations), the baseline's O(1) (> 1e-2)."""
+    drops by >= 30 points; SFiLM >= flattened FiLM on OOD success (when the ablation runs). Each is
+    one criterion over the training seeds, the unit every policy shares (same init draw, batches and
+    diffusion noise). Must pass: SDP-lite's equivariance error < 1e-4 (float32, random rotations),
+    the baseline's O(1) (> 1e-2)."""
     v = metrics.values
     ec = cfg.eval
     sdp_yaw, sdp_so3 = v["method/success_yaw"], v["method/success_so3"]
@@ -438,9 +445,17 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "sdp_policy_equivariance_error_clip_sample": v["method/policy_equivariance_error_clip_sample"],
         "dp_equivariance_error": v["baseline/equivariance_error"],
     }
-    sdp_keeps = sdp_so3 >= 0.8 * sdp_yaw
-    dp_drops = dp_yaw - dp_so3 >= 0.30
-    holds = sdp_keeps and dp_drops
+    # One training seed at every scale (a second costs ~190 s at default, past the time budget), so every
+    # criterion has one unit and is at best inconclusive. The 200 test scenes per split are not the unit: they
+    # measure one trained policy and leave out the seed-to-seed spread the claim is about.
+    units = f"training seeds ({cfg.data.n_test} test scenes per split each)"
+    criteria = [
+        # so3 >= 0.8 x yaw written as a per-seed difference, so its interval is a mean's t-interval
+        V.mean_criterion("sdp_keeps_success", "SDP-lite SO(3) success minus 0.8 x its yaw success",
+                         [sdp_so3 - 0.8 * sdp_yaw], 0.0, ">=", units=units),
+        V.difference_criterion("dp_drop", "Diffusion Policy yaw success minus its SO(3) success",
+                               [dp_yaw], [dp_so3], 0.30, ">=", units=units),
+    ]
     statement = (
         "Trained on yaw-only reach-and-align demos, SDP-lite's success on SO(3)-rotated scenes is >= 0.8 x its "
         "yaw (in-distribution) success, the Diffusion Policy baseline's drops by >= 30 points"
@@ -449,7 +464,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         film_so3 = v["method_film/success_so3"]
         figures.update({"film_success_yaw": v["method_film/success_yaw"], "film_success_so3": film_so3,
                         "film_equivariance_error": v["method_film/equivariance_error"]})
-        holds = holds and sdp_so3 >= film_so3
+        criteria.append(V.difference_criterion("sfilm_vs_film_so3", "SDP-lite (SFiLM) minus flat-FiLM SO(3) success",
+                                               [sdp_so3], [film_so3], 0.0, ">=", units=units))
         statement += ", and SFiLM >= flattened FiLM on the SO(3) scenes"
     sanity = {
         "sdp_equivariance_error_below_tol": v["method/equivariance_error"] < ec.equivariance_tol,
@@ -460,11 +476,12 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     notes = (f"scale={cfg.scale.value}; {cfg.data.n_test} test scenes per split, one DDIM-{cfg.diffusion.ddim_steps} "
              f"chunk each (same noise for every policy); success = final position < {ec.success_pos:g} from either "
              f"grasp point and orientation error < {ec.success_deg:g} deg; equivariance error = max over "
-             f"{ec.equivariance_rotations} random rotations of the relative denoiser error (float32)")
+             f"{ec.equivariance_rotations} random rotations of the relative denoiser error (float32); one training "
+             "seed, so no criterion can hold (at best inconclusive)")
     if cfg.scale != Scale.default:
         notes += "; the claim is only meaningful at the default scale"
-    return ClaimResult(statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)", figures, bool(holds),
-                       sanity, notes)
+    return ClaimResult(statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)", criteria, sanity,
+                       figures, notes)
 
 
 __all__ = ["claim", "evaluate", "load_model", "prepare", "train"]

@@ -11,7 +11,7 @@ SPEC = MethodSpec(
     claim=(
         "With per-stage, state-dependent action availability, SleepingUCBVI's last-10% reward is within 0.3 of the "
         "exact optimum V* while availability-agnostic UCBVI stays <= V*_agnostic + 0.3, and the gap is >= "
-        "0.5 (V* - V*_agnostic) on FrozenLake g=2,p=0.25 and g=3,p=0.5 (K=5000, beta=0.1, 2 seeds)"
+        "0.5 (V* - V*_agnostic) on FrozenLake g=2,p=0.25 and g=3,p=0.5 (K=5000, beta=0.1, 5 seeds)"
     ),
     config=Config,
     impl="models.sleeping_rl.pipeline",

@@ -13,7 +13,7 @@ import numpy as np
 
 from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
-from models.base import DatasetRef, user_data_path, write_manifest
+from models.base import DatasetRef, dataset_meta, user_data_path, write_manifest
 
 FILE = "videos.npz"
 
@@ -62,11 +62,16 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
     if d.videos_npz:
         source = user_data_path(d.videos_npz)
         train, test = load_videos(source, d)
-        meta = {"generator": f"user videos {d.videos_npz}", "synthetic": False}
+        meta = {**dataset_meta("real", f"user-supplied video set data/{d.videos_npz}"),
+                "generator": f"user videos {d.videos_npz}", "synthetic": False}
     else:
         rng = np.random.default_rng(cfg.seed)
         train, test = moving_shapes(d.n_train, d, rng), moving_shapes(d.n_test, d, rng)
-        meta = {"generator": "moving shapes (discs and squares bouncing off the borders)", "synthetic": True}
+        provenance = (f"generated from seed {cfg.seed}: moving shapes (1-{d.max_shapes} discs/squares, radius "
+                      f"{d.min_radius:g}-{d.max_radius:g}, speed {d.min_speed:g}-{d.max_speed:g} px/frame), "
+                      f"{d.frames} frames of {d.size}x{d.size}x{d.channels}, {d.n_train} train / {d.n_test} test videos")
+        meta = {**dataset_meta("synthetic", provenance),
+                "generator": "moving shapes (discs and squares bouncing off the borders)", "synthetic": True}
     save_npz(Path(data_dir) / FILE, train=train, test=test)
     meta.update(seed=cfg.seed, n_train=int(len(train)), n_test=int(len(test)), shape=list(train.shape[1:]))
     return write_manifest(data_dir, meta=meta)

@@ -31,6 +31,11 @@ What runs here (one pipeline, three parts):
    against the dense model's samples, Frechet distance of pooled pixels' PCA features to the test
    videos).
 
+Claim check (``claim``): three criteria. 0 mixed STA blocks summed over every canvas and > 0 for the
+fewest-mixed token-SWA canvas (exact counts, zero-width intervals); the fine-tuned STA / dense test
+denoising loss - 1 <= 5 %, a percentile bootstrap over the paired test videos (evaluate emits
+``<variant>/video<j>/denoise_loss`` for method and baseline). Kernel and accounting checks stay must-pass.
+
 Deliberate deviations and why:
 * No video latents, VAE or text encoder offline: the DiT is pixel-space on 8-frame 32 x 32 videos
   (canvas (4, 8, 8) = 256 tokens, tile (1, 2, 2), window (3, 3, 3) tiles = 42 % density) instead of
@@ -83,6 +88,7 @@ from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts  # noqa: E402
 from models.common import plotting  # noqa: E402
+from models.common import verdicts as V  # noqa: E402
 from models.common.lightning import fit, set_threads  # noqa: E402
 
 from . import data as data_mod  # noqa: E402
@@ -339,16 +345,19 @@ def sparsity_accounting(cfg: Config) -> dict[str, float]:
 
 
 @torch.no_grad()
-def denoising_losses(cfg: Config, net: VideoDiT, test: torch.Tensor) -> np.ndarray:
-    """Test MSE of the clean-video estimate at each flow time of ``eval.loss_times`` (same noise for all)."""
-    losses = []
+def denoising_losses(cfg: Config, net: VideoDiT, test: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+    """Test MSE of the clean-video estimate at each flow time of ``eval.loss_times`` (same noise for all), and
+    per (flow time, test video): the paired units of the claim's loss-gap interval."""
+    losses, per_video = [], []
     for i, t_value in enumerate(cfg.eval.loss_times):
         g = torch.Generator().manual_seed(cfg.seed * 1000 + i)
         noise = torch.randn(test.shape, generator=g)
         t = torch.full((len(test),), t_value)
         x_t = (1 - t_value) * test + t_value * noise
-        losses.append(float(F.mse_loss(net.denoise(x_t, t), test)))
-    return np.array(losses)
+        estimate = net.denoise(x_t, t)
+        losses.append(float(F.mse_loss(estimate, test)))
+        per_video.append(((estimate - test) ** 2).flatten(1).mean(1).double().numpy())
+    return np.array(losses), np.stack(per_video)
 
 
 def mean_predictor_loss(train: torch.Tensor, test: torch.Tensor) -> float:
@@ -412,8 +421,11 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
     values: dict[str, float] = {"data/mean_predictor_loss": mean_predictor_loss(train_videos, test)}
     curves: dict[str, np.ndarray] = {}
     for name, net in variants.items():
-        curves[name] = denoising_losses(cfg, net, test)
+        curves[name], per_video = denoising_losses(cfg, net, test)
         values[f"{name}/denoise_loss"] = float(curves[name].mean())
+        if name in ("method", "baseline"):  # the claim's loss gap is rebuilt from these
+            for j, loss in enumerate(per_video.mean(0)):
+                values[f"{name}/video{j}/denoise_loss"] = float(loss)
         for t_value, loss in zip(cfg.eval.loss_times, curves[name]):
             values[f"{name}/denoise_loss_t{t_value:g}"] = float(loss)
         values[f"{name}/density"] = density.get(net.kind, 1.0)
@@ -439,7 +451,7 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
         net = _load(cfg, model_dir, "dense_pretrained", "sta")
         net.set_attention("sta", window)
         tag = "x".join(map(str, window))
-        loss = float(denoising_losses(cfg, net, test).mean())
+        loss = float(denoising_losses(cfg, net, test)[0].mean())
         dens = sta_counts(canvas, window).density
         values[f"sweep/sta_{tag}/denoise_loss"], values[f"sweep/sta_{tag}/density"] = loss, dens
         sweep.append((window, dens, loss))
@@ -600,6 +612,10 @@ def plot_block_maps(cfg: Config, path: Path) -> Path:
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
+    """Three criteria: STA's mixed blocks summed over every canvas <= 0 and token SWA's fewest > 0 (exact counts),
+    and the fine-tuned STA / dense loss ratio - 1 <= ``eval.claim_loss_gap`` with a percentile bootstrap over the
+    paired test videos (shared noise and flow times). At the default scale there is one fine-tune per arm, so
+    that interval is the test set's sampling noise, not the fine-tune's seed-to-seed spread."""
     v = metrics.values
     tol = cfg.kernel.tolerance
     cases = range(len(cfg.kernel.cases))
@@ -607,22 +623,33 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     sta_mixed = sum(v[f"sparsity/{n}/sta_partial_blocks"] for n in names)
     swa_mixed_min = min(v[f"sparsity/{n}/swa_partial_blocks"] for n in names)
     gap = v["method/loss_gap"]
+    n_test = sum(1 for key in v if key.startswith("method/video") and key.endswith("/denoise_loss"))
+    per_video = {variant: np.array([v[f"{variant}/video{j}/denoise_loss"] for j in range(n_test)])
+                 for variant in ("method", "baseline")}
+    criteria = [
+        V.exact_criterion("sta_mixed_blocks", "STA's partially masked (query tile, key tile) blocks, summed over "
+                          f"{len(names)} canvases", sta_mixed, 0.0, "<=", units="block counts (deterministic)"),
+        V.exact_criterion("swa_mixed_blocks_min", "token sliding-window attention of the same reach: fewest partially "
+                          f"masked blocks over {len(names)} canvases", swa_mixed_min, 0.0, ">",
+                          units="block counts (deterministic)"),
+        V.bootstrap_criterion("finetuned_sta_loss_gap", f"test denoising loss of the STA-fine-tuned DiT / the dense DiT "
+                              f"given the same {cfg.train.finetune_steps} extra steps, minus 1",
+                              lambda sta, dense: float(np.mean(sta) / np.mean(dense) - 1),
+                              [per_video["method"], per_video["baseline"]], cfg.eval.claim_loss_gap, "<=",
+                              units="paired test videos (shared noise and flow times; one fine-tune per arm)"),
+    ]
     figures = {
         "kernel_max_abs_err": v["kernel/max_abs_err"],
         "kernel_flex_max_abs_err": v["kernel/flex_max_abs_err"],
         "kernel_full_window_err": v["kernel/full_window_err"],
-        "sta_mixed_blocks_all_canvases": sta_mixed,
-        "swa_mixed_blocks_min_over_canvases": swa_mixed_min,
         "hunyuan_sta_density": v.get("sparsity/hunyuan_30x48x80/sta_density", float("nan")),
         "hunyuan_ideal_speedup": v.get("sparsity/hunyuan_30x48x80/sta_ideal_speedup", float("nan")),
         "dit_sta_density": v["method/density"],
-        "finetuned_sta_loss_gap": gap,
         "zero_shot_sta_loss_gap": v["sta_zero_shot/loss_gap"],
         "zero_shot_swa_loss_gap": v["swa_zero_shot/denoise_loss"] / v["dense_pretrained/denoise_loss"] - 1,
         "finetuned_sta_psnr_vs_dense": v["method/psnr_vs_dense"],
         "zero_shot_sta_psnr_vs_dense": v["sta_zero_shot/psnr_vs_dense"],
     }
-    holds = sta_mixed == 0 and swa_mixed_min > 0 and gap <= cfg.eval.claim_loss_gap
     sanity = {
         "kernel_err_lt_1e-4_every_window": all(v[f"kernel/case{i}/max_abs_err"] < tol for i in cases),
         "kernel_writes_every_output": all(v[f"kernel/case{i}/all_written"] == 1.0 for i in cases),
@@ -650,6 +677,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         f"{v['baseline/denoise_loss']:.4f}, STA training-free {v['sta_zero_shot/denoise_loss']:.4f}, STA fine-tuned "
         f"{v['method/denoise_loss']:.4f}, token SWA training-free {v['swa_zero_shot/denoise_loss']:.4f}; DiT STA density "
         f"{v['method/density']:.3f}; kernel max error {v['kernel/max_abs_err']:.2e} "
-        f"({'interpreter' if v['kernel/interpreted'] else 'GPU'}, {v['kernel/seconds']:.1f} s)."
+        f"({'interpreter' if v['kernel/interpreted'] else 'GPU'}, {v['kernel/seconds']:.1f} s); fine-tuned STA loss gap "
+        f"{gap:+.4f}, its interval over the {n_test} test videos of one fine-tune per arm."
     )
-    return ClaimResult(statement, figures, bool(holds), sanity, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes)

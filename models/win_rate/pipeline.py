@@ -27,6 +27,11 @@ Two parts, both with a known Bradley-Terry oracle p(y > y' | x) = sigma(r(x,y) -
       so the win rate against q, every objective's population value, its optimum and the
       fraction of it reached are exact at each of ``checkpoints`` evaluations.
 
+Claim check (``claim``): three criteria over the paired seeds, from the per-seed keys evaluate emits
+(``<variant>/seed<k>/{win_rate,fraction_of_optimum,spearman_objective_wr}``): mean WRO rho >= 0.9
+(t interval), WRO rho minus DPO |rho| > 0 and the fraction-of-optimum ranking minus the at-optimum
+ranking > 0 (percentile bootstraps over seeds). The tabular closed forms stay must-pass checks.
+
 Deliberate deviations (and why):
 * Everything LLM-sized is replaced by the brief's offline substitute (B): a 2-layer d = 32 GPT-2
   (d = 64 in the issue's example; halved so that 8 variants x 3 seeds x 300 steps plus exact
@@ -66,8 +71,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, user_data_path, write_manifest
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
 from models.common import plotting
+from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
 from models.common.tiny_lm import (
     LanguageModelling,
@@ -184,7 +190,14 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     save_npz(data_dir / "oracle.npz", reward=rewards, liked=prefs["liked"], bigram=prefs["bigram"], start=start, trans=trans)
     save_npz(data_dir / "pairs_train.npz", **train_pairs)
     save_npz(data_dir / "pairs_heldout.npz", **heldout)
+    generated = (f"generated from seed {cfg.seed}: Markov-chain language ({d.n_prompts} prompts, {d.n_symbols} symbols, "
+                 f"length {d.response_length}), tiny GPT-2 anchor, Bradley-Terry oracle")
+    supplied = [f"{what} data/{path}" for what, path in (("anchor LM", d.anchor_lm), ("pairs", d.pairs_jsonl)) if path]
+    # Either user file replaces a generated part, as the existing "synthetic" flag below says.
+    source = (dataset_meta("real", f"user-supplied {', '.join(supplied)}; the rest {generated}") if supplied
+              else dataset_meta("synthetic", generated))
     meta = {
+        **source,
         "generator": "Markov-chain language + tiny GPT-2 anchor + BT oracle (models/win_rate/data.py)",
         "synthetic": not (d.anchor_lm or d.pairs_jsonl),
         "seed": cfg.seed,
@@ -522,6 +535,10 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             rhos.append(alg.spearman(objective, wrs))
             runs.append({"variant": name, "kind": spec["kind"], "final": wr, "expected": view.expected_wr, "fraction": fraction[-1]})
         p = metric_prefix(cfg, name) + "/"
+        for k in range(cfg.n_seeds):  # per seed: the paired units of the claim's intervals
+            values[p + f"seed{k}/win_rate"] = float(finals[k])
+            values[p + f"seed{k}/fraction_of_optimum"] = float(fractions[k])
+            values[p + f"seed{k}/spearman_objective_wr"] = finite(rhos[k])  # undefined (a flat curve) tracks nothing: 0
         values[p + "win_rate"] = float(np.mean(finals))
         values[p + "win_rate_seed_std"] = float(np.std(finals))
         values[p + "expected_win_rate"] = float(view.expected_wr)
@@ -648,15 +665,50 @@ def plot_tabular(cfg: Config, tab: dict, path: Path) -> Path:
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
+    """Three criteria over the paired seeds (every variant trains on seed k's stream): the WRO objectives' mean
+    Spearman rho >= 0.9 (t interval); that rho minus DPO's |seed-mean rho| > 0; and Spearman(fraction of optimum,
+    final WR) minus Spearman(WR at the optimum, final WR) over all runs > 0. The last two keep today's statistics
+    (abs of the seed mean; one rank correlation over every run), so their intervals bootstrap over seeds."""
     v = metrics.values
     names = variants(cfg)
+    seeds = range(cfg.n_seeds)
+    prefixes = [metric_prefix(cfg, n) for n in names]
     wro = [metric_prefix(cfg, n) for n, s in names.items() if s["kind"] in WRO_KINDS]
     dpo = [metric_prefix(cfg, n) for n, s in names.items() if s["kind"] == "dpo"]
-    wro_rho = float(np.mean([v[p + "/spearman_objective_wr"] for p in wro]))
+
+    def per_seed(prefix: str, key: str) -> np.ndarray:
+        return np.array([v[f"{prefix}/seed{k}/{key}"] for k in seeds])
+
+    rho = {p: per_seed(p, "spearman_objective_wr") for p in wro + dpo}
     dpo_rho = float(np.mean([abs(v[p + "/spearman_objective_wr"]) for p in dpo]))
     oracle_wro = [metric_prefix(cfg, n) for n, s in names.items() if s["kind"] in ("wro", "nlhf")]
+    units = "paired seeds"
+
+    def wro_minus_dpo(*per_variant: np.ndarray) -> float:
+        wro_rhos, dpo_rhos = per_variant[: len(wro)], per_variant[len(wro):]
+        return float(np.mean([a.mean() for a in wro_rhos]) - np.mean([abs(a.mean()) for a in dpo_rhos]))
+
+    expected = np.array([v[p + "/expected_win_rate"] for p in prefixes])
+
+    def fraction_minus_expected(*per_variant: np.ndarray) -> float:  # finals of every variant, then fractions
+        finals, fractions = np.concatenate(per_variant[: len(prefixes)]), np.concatenate(per_variant[len(prefixes):])
+        at_optimum = np.repeat(expected, len(per_variant[0]))
+        return finite(alg.spearman(fractions, finals)) - finite(alg.spearman(at_optimum, finals))
+
+    criteria = [
+        V.mean_criterion("wro_correspondence", "Spearman rho between each WRO objective (RLHF, NLHF, h-WRO) and the exact "
+                         "win rate vs the anchor across checkpoints, mean over those objectives",
+                         np.mean([rho[p] for p in wro], axis=0), 0.9, ">=", units=units),
+        V.bootstrap_criterion("wro_minus_dpo_correspondence", "the WRO objectives' mean rho minus DPO's |rho| (held-out "
+                              "loss vs win rate; |seed-mean rho| per beta, mean over betas)",
+                              wro_minus_dpo, [rho[p] for p in wro + dpo], 0.0, ">", units=units),
+        V.bootstrap_criterion("fraction_beats_optimum_ranking", "Spearman over all runs of (fraction of optimum reached, "
+                              "final win rate) minus Spearman of (win rate at the objective's optimum, final win rate)",
+                              fraction_minus_expected,
+                              [per_seed(p, "win_rate") for p in prefixes] + [per_seed(p, "fraction_of_optimum") for p in prefixes],
+                              0.0, ">", units=units),
+    ]
     figures = {
-        "wro_mean_spearman_objective_wr": wro_rho,
         "oracle_wro_mean_spearman_objective_wr": float(np.mean([v[p + "/spearman_objective_wr"] for p in oracle_wro])),
         "rlhf_learned_reward_spearman_objective_wr": v["method/spearman_objective_wr"],
         "dpo_mean_abs_spearman_heldout_loss_wr": dpo_rho,
@@ -669,8 +721,6 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "tabular_sft_trained": v["tabular/uniform_sft_trained"],
         "tabular_wro_trained": v["tabular/uniform_wro_trained"],
     }
-    correspondence = wro_rho >= 0.9 and dpo_rho < wro_rho
-    optimisation = figures["spearman_fraction_vs_final_wr"] > figures["spearman_expected_vs_final_wr"]
     t = "tabular/uniform_"
     sanity = {
         # Exact values that must hold at any scale (the brief's table).
@@ -696,7 +746,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     notes = (
         f"final WR: rlhf {v['method/win_rate']:.3f}, dpo {v['baseline/win_rate']:.3f}, sft {v['sft/win_rate']:.3f}, "
         f"wro_id {v['wro_id/win_rate']:.3f}, nlhf {v['nlhf/win_rate']:.3f} (max {v['anchor/max_win_rate']:.3f}); "
-        f"correspondence {'holds' if correspondence else 'fails'}, optimisation-success ranking "
-        f"{'holds' if optimisation else 'fails'}."
+        f"intervals over {cfg.n_seeds} paired seed(s); win rates and objectives are exact (enumerated responses), so "
+        "the seeds' training noise is the only noise."
     )
-    return ClaimResult(statement, figures, bool(correspondence and optimisation), sanity, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -18,6 +18,7 @@ os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 from models.ars import SPEC  # noqa: E402
 from models.ars.algorithm import MemberAdam, MultiTaskSAC, ReplayBuffers, compute_scales  # noqa: E402
 from models.ars.envs import PointMassTasks  # noqa: E402
+from models.ars.pipeline import toy_variant  # noqa: E402
 
 
 def test_eq6_on_known_reward_histories():
@@ -147,13 +148,16 @@ def test_pointmass_reward_scales_and_success():
     assert env.step(np.zeros((2, 4, 2)))[-1]  # the 3rd step ends the episode
 
 
-def _claim_values(cfg, method, baseline, ars_reset_c, control=(1.0, 1.0)):
-    """A Metrics value dict with what claim() reads: arm (b) = method, (a) = baseline, (c) = ars_reset."""
+def _claim_values(cfg, method, baseline, ars_reset_c, control=(1.0, 1.0), more_seeds=()):
+    """A Metrics value dict with what claim() reads: arm (b) = method, (a) = baseline, (c) = ars_reset; ``method`` and
+    ``baseline`` are seed 0's per-task success, ``more_seeds`` (method, baseline) pairs for seeds 1, 2, ..."""
     n = len(cfg.toy.kappa)
-    v = {"method/mean_success": float(np.mean(method)), "method/min_task_success": float(np.min(method)),
-         "baseline/mean_success": float(np.mean(baseline)), "baseline/min_task_success": float(np.min(baseline)),
-         "ars_reset/mean_success": 0.0, "ars_reset/min_task_success": 0.0,
+    v = {"ars_reset/mean_success": 0.0, "ars_reset/min_task_success": 0.0,
          "control_method/mean_success": control[0], "control_baseline/mean_success": control[1]}
+    for k, (method_k, baseline_k) in enumerate([(method, baseline), *more_seeds]):
+        for arm, tasks in (("scale_only", method_k), ("mtsac", baseline_k)):
+            prefix = toy_variant(arm, "main", k)
+            v[f"{prefix}/mean_success"], v[f"{prefix}/min_task_success"] = float(np.mean(tasks)), float(np.min(tasks))
     kappa = np.array(cfg.toy.kappa)
     for i in range(n):
         v[f"method/c_init_task{i}"] = kappa.max() / kappa[i]
@@ -178,13 +182,19 @@ def test_claim_is_measured_on_arm_b_and_check_iv_on_arm_c():
     cfg = SPEC.make_config("default")
     good_c = [1.0, 15.0, 117.0, 1086.0]  # the brief's prototype: within 2x of 1, 10, 100, 1000
     result = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 0.9, 0.7], [1, 0.5, 0, 0], good_c)))
-    assert result.holds and result.sane, result.sanity
+    assert result.sane, result.sanity
     assert result.figures["mean_success_gap"] == pytest.approx(0.9 - 0.375)
     assert result.figures["min_task_success"] == pytest.approx(0.7)
     assert result.figures["scale_ratio_worst"] == pytest.approx(1.5)
-    # arm (b)'s worst task below 0.6: the claim fails, the run stays sane
+    gap, worst = result.criterion("mean_success_gap"), result.criterion("worst_task_success")
+    assert (gap.estimate, gap.threshold, gap.direction) == (pytest.approx(0.525), 0.25, ">=")
+    assert (worst.estimate, worst.threshold) == (pytest.approx(0.7), 0.6)
+    # one toy seed at default: both criteria past their thresholds, but with no interval, so inconclusive
+    assert cfg.toy.n_seeds == 1 and all(c.n_units == 1 and c.state == "inconclusive" for c in result.criteria)
+    assert result.verdict == "inconclusive" and "one unit" in gap.why
+    # arm (b)'s worst task below 0.6 on the one seed: not a pass, but one seed cannot fail it either
     weak = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 0.5], [1, 0.5, 0, 0], good_c)))
-    assert not weak.holds and weak.sane
+    assert weak.criterion("worst_task_success").state == "inconclusive" and not weak.holds and weak.sane
     # arm (c)'s reset scales 36x off (the failure that motivated this test): check (iv) fails the run
     off = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], [2.2, 1.0, 3640.0, 13339.0])))
     assert off.sanity["iv_reset_scales_within_2x"] is False and not off.sane
@@ -195,6 +205,32 @@ def test_claim_is_measured_on_arm_b_and_check_iv_on_arm_c():
     # (iii): the control compares arms (b) and (a) with equal kappa
     ctrl = pipeline.claim(cfg, Metrics(_claim_values(cfg, [1, 1, 1, 1], [1, 0.5, 0, 0], good_c, control=(1.0, 0.8))))
     assert ctrl.figures["control_gap"] == pytest.approx(0.2) and ctrl.sanity["iii_control_gap_le_0.15"] is False
+
+
+def test_claim_intervals_over_paired_toy_seeds():
+    from models.ars import pipeline
+    from models.base import Metrics
+
+    cfg = SPEC.make_config("default", {"toy.n_seeds": 3})
+    good_c = [1.0, 15.0, 117.0, 1086.0]
+
+    def claim(*seeds):
+        return pipeline.claim(cfg, Metrics(_claim_values(cfg, *seeds[0], good_c, more_seeds=seeds[1:])))
+
+    # three seeds, each well past both thresholds: the claim holds
+    clear = claim(([1, 1, 0.9, 0.7], [1, 0.5, 0, 0]), ([1, 1, 1, 0.8], [1, 0.4, 0.1, 0]), ([1, 0.9, 1, 0.8], [1, 0.5, 0, 0.1]))
+    assert [c.state for c in clear.criteria] == ["holds", "holds"] and clear.verdict == "holds"
+    assert clear.criterion("mean_success_gap").n_units == 3 and clear.criterion("mean_success_gap").interval == "t"
+    # gaps 0.55 / 0.05 / 0.50 (mean 0.37): the interval straddles 0.25
+    spread = claim(([1, 1, 1, 1], [1, 0.6, 0.2, 0]), ([1, 1, 1, 0.8], [1, 1, 1, 0.6]), ([1, 1, 1, 1], [1, 0.5, 0.5, 0]))
+    gap = spread.criterion("mean_success_gap")
+    diffs = np.array([0.55, 0.05, 0.5])
+    half = 4.302653 * diffs.std(ddof=1) / math.sqrt(3)  # t_{0.975, 2}
+    assert (gap.estimate, gap.low, gap.high) == pytest.approx((diffs.mean(), diffs.mean() - half, diffs.mean() + half))
+    assert gap.low < 0.25 < gap.high and gap.state == "inconclusive" and spread.verdict == "inconclusive"
+    # the worst task at 0.4-0.5 on every seed: criterion (ii) fails, and with it the claim
+    weak = claim(([1, 1, 1, 0.5], [1, 0.5, 0, 0]), ([1, 1, 1, 0.4], [1, 0.5, 0, 0]), ([1, 1, 0.45, 1], [1, 0.5, 0, 0]))
+    assert weak.criterion("worst_task_success").state == "fails" and weak.verdict == "fails" and weak.sane
 
 
 def test_smoke_pipeline_and_contract(tmp_path):
@@ -238,10 +274,13 @@ def test_smoke_pipeline_and_contract(tmp_path):
     assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in metrics.figures)
     assert all(f.parent == layout.plots_dir for f in metrics.figures)
     assert result.statement and result.figures and isinstance(result.holds, bool)
+    assert [c.name for c in result.criteria] == ["mean_success_gap", "worst_task_success"]
+    assert result.criterion("mean_success_gap").estimate == pytest.approx(
+        metrics["method/mean_success"] - metrics["baseline/mean_success"])
     assert all(isinstance(x, bool) for x in result.sanity.values()) and "finite_metrics" in result.sanity
     assert result.sane, result.sanity
     on_disk = json.loads(layout.claim_file.read_text())
-    assert on_disk["holds"] == result.holds and on_disk["figures"].keys() == result.figures.keys()
+    assert on_disk["verdict"] == result.verdict and on_disk["figures"].keys() == result.figures.keys()
     assert {"mean_success_gap", "min_task_success", "scale_ratio_worst"} <= set(result.figures)
     assert 0.0 <= metrics["method/mean_success"] <= 1.0
     # arm (b) and (c) both start from Eq. (6) on their own random phase; (c) recomputes at its reset

@@ -266,8 +266,15 @@ def test_smoke_pipeline_end_to_end(tmp_path):
         assert metrics[f"{variant}/ecg_acc_white_0.5"] <= 1
     assert SPEC.primary_metric in metrics.values
     assert len(metrics.figures) >= 4 and all(p.suffix == ".png" and p.stat().st_size > 0 for p in metrics.figures)
-    assert result.sane and isinstance(result.holds, bool)
-    assert {"ecg_noisy_gain_pts", "ecg_clean_drop_pts", "ecg_log10_bound_ratio_vs_plain"} <= set(result.figures)
+    assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
+    names = {"ecg_noisy_gain_pts", "ecg_clean_drop_pts", "ecg_noise_gain_vs_plain", "ecg_noise_gain_vs_spectral",
+             "ecg_bound_linf_vs_plain", "ecg_bound_linf_vs_spectral"}
+    assert {c.name for c in result.criteria} == names
+    gain = result.criterion("ecg_noisy_gain_pts")  # one smoke seed: a point estimate, no interval
+    assert gain.n_units == 1 and gain.state == "inconclusive"
+    assert gain.estimate == pytest.approx(100 * (metrics["method/seed0/ecg_acc_noisy"] - metrics["baseline/seed0/ecg_acc_noisy"]))
+    assert metrics["method/seed0/ecg_acc_noisy"] == pytest.approx(metrics["method/ecg_acc_noisy"])
+    assert "ecg_log10_bound_ratio_vs_plain" in result.figures
 
     net = SPEC.module().load_model(cfg, tmp_path / "outputs" / SPEC.slug / "model")
     with np.load(ref.file("ecg.npz")) as ecg:
@@ -276,3 +283,53 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     for block in net.blocks:  # a deployed DBNN still has two weight values per output channel
         w = block.binary_weight().detach().flatten(1)
         assert all(len(torch.unique(row.abs())) == 1 for row in w)
+
+
+def hand_built_metrics(cfg: Config, per_seed: dict[str, dict[str, list[float]]]):
+    """Metrics as evaluate writes them, from per-seed ECG numbers per variant (means for the aggregate keys)."""
+    from models.base import Metrics
+
+    values = {}
+    for variant, rows in per_seed.items():
+        for metric, seeds in rows.items():
+            values[f"{variant}/ecg_{metric}"] = float(np.mean(seeds))
+            for k, x in enumerate(seeds):
+                values[f"{variant}/seed{k}/ecg_{metric}"] = x
+        values[f"{variant}/ecg_acc_top_level"] = values[f"{variant}/ecg_acc_noisy"] - 0.05
+        values[f"{variant}/ecg_bound_spectral"] = values[f"{variant}/ecg_bound_network"] = 1.0
+        values[f"{variant}/digits_acc_clean"] = values[f"{variant}/digits_acc_noisy"] = 0.9
+    return Metrics(values)
+
+
+def _seeds(acc_noisy, acc_clean, noise_gain, bound_linf):
+    return {"acc_noisy": acc_noisy, "acc_clean": acc_clean, "noise_gain": noise_gain, "bound_linf": bound_linf}
+
+
+def test_claim_criteria_are_intervals_over_paired_seeds():
+    cfg = Config.for_scale("default")
+    assert cfg.n_seeds == 3
+    plain = _seeds([0.80, 0.70, 0.75], [0.95, 0.96, 0.94], [2.0, 2.2, 2.1], [50.0, 60.0, 55.0])
+    spectral = _seeds([0.80, 0.72, 0.74], [0.95, 0.95, 0.95], [1.8, 1.9, 2.0], [40.0, 45.0, 50.0])
+    # Clear win: every seed +5 pts noisy, no clean drop, lower gain and bound than both comparators.
+    clear = _seeds([0.85, 0.75, 0.80], [0.95, 0.96, 0.94], [1.0, 1.1, 1.05], [5.0, 6.0, 5.5])
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": clear}))
+    gain = result.criterion("ecg_noisy_gain_pts")
+    assert [gain.low, gain.estimate, gain.high] == pytest.approx([5.0] * 3)  # identical per-seed gains: zero width
+    assert gain.state == "holds" and gain.n_units == 3 and gain.interval == "t"
+    assert result.criterion("ecg_clean_drop_pts").state == "holds"
+    assert result.criterion("ecg_bound_linf_vs_spectral").estimate == pytest.approx(5.5 - 45.0)
+    assert result.verdict == "holds" and result.sane
+
+    # Straddling: +6, -2, +2 pts (mean 2.0, the threshold) -> the noisy-gain criterion is inconclusive.
+    straddle = dict(clear, acc_noisy=[0.86, 0.68, 0.77])
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": straddle}))
+    gain = result.criterion("ecg_noisy_gain_pts")
+    assert gain.low < 2.0 < gain.high and gain.state == "inconclusive"
+    assert result.verdict == "inconclusive"
+
+    # A consistent clean-accuracy drop of 5 pts and a higher noise gain than the plain BNN on every seed fail.
+    worse = dict(clear, acc_clean=[0.90, 0.91, 0.89], noise_gain=[3.0, 3.1, 3.2])
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": worse}))
+    assert result.criterion("ecg_clean_drop_pts").state == "fails"
+    assert result.criterion("ecg_noise_gain_vs_plain").state == "fails"
+    assert result.verdict == "fails"

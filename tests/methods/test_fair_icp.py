@@ -16,7 +16,7 @@ import torch
 
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
-from models.base import ValidationError  # noqa: E402
+from models.base import Metrics, ValidationError  # noqa: E402
 from models.fair_icp import SPEC  # noqa: E402
 from models.fair_icp import algorithm as alg  # noqa: E402
 from models.fair_icp import data as fdata  # noqa: E402
@@ -424,6 +424,15 @@ def test_smoke_pipeline_on_the_simulation(tmp_path):
     assert v["method/mse_mu0"] == v["baseline/mse_mu0"] == v["erm/mse_mu0"]
     assert claim.sanity["copies_are_permutations"] and claim.sanity["p_values_in_range"]
     assert {"pdcor_ratio", "mse_ratio", "method_pvalue_median"} <= set(claim.figures)
+    assert {c.name for c in claim.criteria} == {"pdcor_ratio", "mse_ratio", "fairicp_eo_pvalue_median",
+                                                "erm_eo_pvalue_median", "pdcor_fairicp_minus_crt"}
+    # One seed at smoke: the criteria rebuild the aggregated numbers, with no interval (at best inconclusive).
+    assert claim.criterion("mse_ratio").estimate == pytest.approx(claim.figures["mse_ratio"])
+    assert claim.criterion("pdcor_fairicp_minus_crt").estimate == pytest.approx(
+        v["method/pdcor_mu0.8"] - v["baseline/pdcor_mu0.8"])
+    assert claim.verdict in ("inconclusive", "fails") and all(c.state != "holds" for c in claim.criteria)
+    ref = steps.load_data(SPEC, tmp_path)
+    assert ref.source == "synthetic" and "k=1" in ref.provenance
 
     # The registered model is the mu=0.8 FairICP member: same predictions as in the ensemble.
     model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
@@ -483,3 +492,55 @@ def test_smoke_pipeline_on_compas_read_from_a_wheel(tmp_path, monkeypatch):
     assert 0 <= v["method/misclassification_mu0.7"] <= 1 and v["method/deo_mu0.7"] >= 0
     assert "oracle/pdcor_mu0.8" not in v  # no true density for real data
     assert {"deo_ratio", "misclassification_increase"} <= set(claim.figures)
+    assert {c.name for c in claim.criteria} == {"deo_ratio", "misclassification_increase"}
+    assert claim.criterion("misclassification_increase").estimate == pytest.approx(
+        claim.figures["misclassification_increase"])
+    assert ref.source == "real" and "compas-scores-two-years.csv" in ref.provenance
+
+
+def _regression_metrics(cfg, pdcor, mse, pvalue):
+    """Hand-built evaluate output through ``aggregate``: each argument maps (variant, mu) to per-seed values."""
+    from models.fair_icp import pipeline
+
+    members = pipeline.build_members(cfg, simulation=True)
+    per_member = {name: np.array([table[m.variant, m.mu][m.seed] for m in members])
+                  for name, table in (("pdcor", pdcor), ("loss", mse), ("pvalue", pvalue))}
+    values = pipeline.aggregate(members, per_member, regression=True)
+    values.update({"method/copies_are_permutations": 1.0, "method/p_value_range_ok": 1.0})
+    return Metrics(values)
+
+
+def _arms(erm, method, baseline, oracle=None):
+    """Per-seed values for every (variant, mu) of the default grid; mu=0.5 copies mu=0.8's."""
+    table = {("erm", 0.0): erm}
+    for mu in (0.5, 0.8):
+        table.update({("method", mu): method, ("baseline", mu): baseline, ("oracle", mu): oracle or method})
+    return table
+
+
+def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
+    from models.fair_icp.pipeline import claim
+
+    cfg = SPEC.make_config("default")
+    assert cfg.n_seeds == 3 and cfg.claim_mu == 0.8
+    mse = _arms([1.0, 1.1, 0.9], [1.1, 1.2, 1.0], [1.1, 1.2, 1.0])
+    pvalue = _arms([0.01, 0.02, 0.01], [0.3, 0.5, 0.4], [0.1, 0.2, 0.1])
+    # Clearly holds: FairICP's pdcor is a fifth of mu=0's and below CRT's on every seed.
+    result = claim(cfg, _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019],
+                                                        [0.05, 0.052, 0.048]), mse, pvalue))
+    assert result.verdict == "holds", [c.describe() for c in result.criteria]
+    assert result.criterion("pdcor_ratio").estimate == pytest.approx(0.2)
+    assert result.criterion("mse_ratio").estimate == pytest.approx(1.1)
+    assert result.criterion("fairicp_eo_pvalue_median").estimate == pytest.approx(0.4)
+    assert result.criterion("pdcor_fairicp_minus_crt").estimate == pytest.approx(-0.03)
+    # FairICP worse than CRT on every seed: that criterion fails, so the claim fails.
+    result = claim(cfg, _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019],
+                                                        [0.01, 0.011, 0.009]), mse, pvalue))
+    assert result.criterion("pdcor_fairicp_minus_crt").state == "fails" and result.verdict == "fails"
+    # Straddles: FairICP beats CRT by 0.02 on two seeds and loses by 0.03 on the third (mean -0.0033):
+    # the t-interval over the 3 seeds contains 0, so the comparison is inconclusive.
+    result = claim(cfg, _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019],
+                                                        [0.04, 0.041, -0.011]), mse, pvalue))
+    gap = result.criterion("pdcor_fairicp_minus_crt")
+    assert gap.low < 0.0 < gap.high and gap.state == "inconclusive" and gap.n_units == 3
+    assert result.verdict == "inconclusive"

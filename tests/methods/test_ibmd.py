@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from models.base import ValidationError
+from models.base import Metrics, ValidationError
 from models.common.diffusion import BridgeSchedule
 from models.common.runtime import set_threads
 from models.ibmd import SPEC
@@ -23,6 +23,7 @@ from models.ibmd.algorithm import (
     mean_pairwise_distance,
     sliced_w2,
 )
+from models.ibmd.pipeline import EVAL_BLOCKS, blocks
 from models.ibmd.config import BridgeConfig, Config, DataConfig, DistillConfig, TeacherConfig
 from models.ibmd.data import (
     circle_means,
@@ -306,9 +307,65 @@ def test_smoke_pipeline(tmp_path):
         assert v[f"method/{setup}_ed"] >= -0.05 and f"baseline/{setup}_ed_nfe10" in v
     assert 0 <= v["method/toy_cond_frac_bimodal"] <= 1 and 0.5 < v["oracle/toy_cond_truth_frac_bimodal"] < 1
     assert abs(v["oracle/toy_cond_frac_bimodal"] - v["oracle/toy_cond_truth_frac_bimodal"]) < 0.1  # the exact posterior
-    assert result.sane and isinstance(result.holds, bool) and "toy_cond_ed_ratio_ibmd_to_teacher_nfe1" in result.figures
+    assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
+    assert "toy_cond_ed_ratio_ibmd_to_teacher_nfe1" in result.figures
+    assert {c.name for c in result.criteria} == {"toy_cond_ed_vs_teacher_nfe10", "toy_cond_ed_vs_teacher_nfe1",
+                                                  "toy_cond_bimodal_gap_to_truth"}
+    gap = result.criterion("toy_cond_bimodal_gap_to_truth")
+    # Equal-size blocks: the blocks' mean fraction is the pooled fraction over the blocked pairs.
+    assert gap.n_units == EVAL_BLOCKS and gap.low <= gap.estimate <= gap.high
+    assert sum(b.stop - b.start for b in blocks(512)) == 512  # smoke's 512 test pairs all fall in a block
+    block_truth = [v[f"oracle/toy_cond_truth_block{b}_frac_bimodal"] for b in range(EVAL_BLOCKS)]
+    assert np.mean(block_truth) == pytest.approx(v["oracle/toy_cond_truth_frac_bimodal"])
+    ed = result.criterion("toy_cond_ed_vs_teacher_nfe1")
+    blocks_ed = [v[f"method/toy_cond_block{b}_ed"] - 0.5 * v[f"baseline/toy_cond_block{b}_ed_nfe1"] for b in range(EVAL_BLOCKS)]
+    assert ed.estimate == pytest.approx(np.mean(blocks_ed)) and ed.interval == "t"
     assert {p.name for p in metrics.figures} >= {"toy_samples.png", "energy_distance_vs_nfe.png", "digits_samples.png"}
     model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
     x1 = torch.zeros(64, 2)
     out = model(x1, torch.randn(64, model.noise_dim))
     assert isinstance(model, OneStepGenerator) and out.shape == (64, 2) and torch.isfinite(out).all()
+
+
+# ----------------------------------------------------------------------------- claim
+
+
+def _claim_of(ed_ibmd, ed_one, ed_many, frac, truth):
+    """claim() on hand-built per-block metrics of one conditional toy setup (smoke: NFE 10 is "many")."""
+    cfg = Config.for_scale("smoke", {"data.digits": False})
+    v = {"method/toy_cond_x1_only_fraction": 1.0, "method/toy_cond_init_gap": 0.0,
+         "method/toy_cond_convergence_fake": 0.0, "method/toy_cond_fake_loss": 0.1}
+    for b in range(EVAL_BLOCKS):
+        v[f"method/toy_cond_block{b}_ed"] = ed_ibmd[b]
+        v[f"baseline/toy_cond_block{b}_ed_nfe1"] = ed_one[b]
+        v[f"baseline/toy_cond_block{b}_ed_nfe10"] = ed_many[b]
+        v[f"method/toy_cond_block{b}_frac_bimodal"] = frac[b]
+        v[f"oracle/toy_cond_truth_block{b}_frac_bimodal"] = truth[b]
+    pooled = {"method/toy_cond_ed": np.mean(ed_ibmd), "baseline/toy_cond_ed_nfe1": np.mean(ed_one),
+              "baseline/toy_cond_ed_nfe10": np.mean(ed_many), "method/toy_cond_frac_bimodal": np.mean(frac),
+              "oracle/toy_cond_truth_frac_bimodal": np.mean(truth), "baseline/toy_cond_frac_bimodal_nfe1": 0.1,
+              "baseline/toy_cond_frac_bimodal_nfe10": np.mean(truth)}
+    return SPEC.module().claim(cfg, Metrics({**v, **{k: float(x) for k, x in pooled.items()}}))
+
+
+def test_claim_states_follow_the_block_intervals():
+    n = EVAL_BLOCKS
+    alternating = np.array([1.0, -1.0] * (n // 2))
+    truth = np.full(n, 0.75)
+    # IBMD clearly below 0.5x the one-step teacher and 1.5x the many-step teacher on every block; bimodal gap ~0.02.
+    good = _claim_of(np.full(n, 0.010) + 1e-4 * alternating, np.full(n, 0.2), np.full(n, 0.01), truth - 0.02, truth)
+    assert good.verdict == "holds" and good.sane
+    assert good.criterion("toy_cond_ed_vs_teacher_nfe10").estimate == pytest.approx(0.010 - 1.5 * 0.01)
+    assert good.criterion("toy_cond_bimodal_gap_to_truth").estimate == pytest.approx(0.02)
+    # The excess over 1.5x the many-step teacher straddles 0 across blocks (mean ~0, spread 0.01): inconclusive.
+    straddle = _claim_of(0.015 + 0.01 * alternating, np.full(n, 0.2), np.full(n, 0.01), truth - 0.02, truth)
+    c = straddle.criterion("toy_cond_ed_vs_teacher_nfe10")
+    assert c.low < 0 < c.high and c.state == "inconclusive" and straddle.verdict == "inconclusive"
+    # The student keeps the one-step mean's collapse (fraction 0.2 vs 0.75 on every block): the gap fails.
+    collapsed = _claim_of(np.full(n, 0.010) + 1e-4 * alternating, np.full(n, 0.2), np.full(n, 0.01),
+                          np.full(n, 0.2) + 0.01 * alternating, truth)
+    assert collapsed.criterion("toy_cond_bimodal_gap_to_truth").state == "fails" and collapsed.verdict == "fails"
+    # A gap of ~0.1 with block noise straddles the tolerance.
+    edge = _claim_of(np.full(n, 0.010) + 1e-4 * alternating, np.full(n, 0.2), np.full(n, 0.01),
+                     truth - 0.1 + 0.05 * alternating, truth)
+    assert edge.criterion("toy_cond_bimodal_gap_to_truth").state == "inconclusive"

@@ -172,5 +172,53 @@ def test_smoke_pipeline(tmp_path):
     assert v["finetuned/encoder_unchanged"] == 0.0
     assert all(0.0 <= v[f"{a}/success_{s}"] <= 1.0 for a in ("method", "finetuned", "baseline") for s in ("seen", "heldout"))
     assert claim.sanity["no_heldout_bc_targets"] and "method/success_heldout" in claim.figures
+    assert [c.name for c in claim.criteria] == ["heldout_success", "vs_finetuned_heldout", "vs_all_tokens_heldout"]
+    # one BC seed at smoke scale: every criterion is one unit, so at best inconclusive
+    assert all(c.n_units == 1 for c in claim.criteria) and claim.verdict in ("inconclusive", "fails")
+    assert claim.criterion("heldout_success").estimate == v["method/seed0/success_heldout"] == v["method/success_heldout"]
     model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "otter" / "model")
     assert isinstance(model, OtterPolicy) and model.frozen
+
+
+def _metrics(method_heldout, finetuned_heldout, baseline_heldout):
+    """Hand-built evaluation numbers for ``claim``: per-seed held-out success of the three arms, sane checks."""
+    from models.base import Metrics
+
+    values = {"expert/success_seen": 1.0, "expert/success_heldout": 1.0, "check/heldout_bc_targets": 0.0,
+              "method/encoder_unchanged": 1.0, "baseline/encoder_unchanged": 1.0, "finetuned/encoder_unchanged": 0.0,
+              "probe/localisation_seen": 1.0, "probe/localisation_heldout": 0.95, "method/tau": 0.05}
+    for arm, held in (("method", method_heldout), ("finetuned", finetuned_heldout), ("baseline", baseline_heldout)):
+        for k, rate in enumerate(held):
+            values[f"{arm}/seed{k}/success_heldout"] = rate
+        values[f"{arm}/success_heldout"] = float(np.mean(held))
+        values[f"{arm}/success_seen"] = 0.9
+    return Metrics(values)
+
+
+def test_claim_intervals_over_paired_seeds():
+    from models.otter.pipeline import claim
+
+    cfg = SPEC.make_config("default")
+    assert cfg.n_seeds == 3
+    # The session-3 audit's seeds: OTTER 0.60 / 0.43 / 0.85, fine-tuned 0.41 / 0.35 / 0.19; all-tokens near zero.
+    result = claim(cfg, _metrics([0.60, 0.43, 0.85], [0.41, 0.35, 0.19], [0.03, 0.02, 0.04]))
+    assert result.sane
+    held = result.criterion("heldout_success")
+    assert held.estimate == pytest.approx(0.6266667) and held.n_units == 3 and held.interval == "t"
+    assert held.low < 0.5 < held.high and held.state == "inconclusive"  # 0.63 on average, but seeds spread 0.43-0.85
+    vs_ft = result.criterion("vs_finetuned_heldout")
+    assert vs_ft.estimate == pytest.approx(0.31) and vs_ft.low < 0.2 < vs_ft.high and vs_ft.state == "inconclusive"
+    vs_all = result.criterion("vs_all_tokens_heldout")
+    diffs = np.array([0.57, 0.41, 0.81])
+    half = 4.302653 * diffs.std(ddof=1) / math.sqrt(3)  # t_{0.975, 2}
+    assert (vs_all.low, vs_all.high) == pytest.approx((diffs.mean() - half, diffs.mean() + half))
+    assert vs_all.state == "inconclusive" and result.verdict == "inconclusive"
+    # Consistent seeds well clear of every threshold: all three hold.
+    clear = claim(cfg, _metrics([0.80, 0.82, 0.84], [0.40, 0.42, 0.41], [0.05, 0.04, 0.06]))
+    assert [c.state for c in clear.criteria] == ["holds"] * 3 and clear.verdict == "holds"
+    # Exactly the thresholds on every seed (zero spread, float round-off in the differences) still holds ...
+    edge = claim(cfg, _metrics([0.6, 0.6, 0.6], [0.4, 0.4, 0.4], [0.3, 0.3, 0.3]))
+    assert edge.verdict == "holds"
+    # ... and the fine-tuned arm ahead on every seed fails (the claim reverses, as at encoder lr 1e-4).
+    reversed_ = claim(cfg, _metrics([0.62, 0.65, 0.63], [0.81, 0.85, 0.83], [0.03, 0.02, 0.04]))
+    assert reversed_.criterion("vs_finetuned_heldout").state == "fails" and reversed_.verdict == "fails"

@@ -279,7 +279,8 @@ def test_smoke_pipeline(tmp_path):
     from tasks import steps
 
     cfg = SPEC.make_config("smoke")
-    steps.prepare(SPEC, cfg, tmp_path)
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    assert ref.source == "real" and "load_digits" in ref.provenance and ref.meta["dataset"] == "digits"
     artifacts = steps.train(SPEC, cfg, tmp_path)
     assert set(artifacts.history) == {"linear_d64", "linear_d256", "mlp_d64"}
     metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
@@ -293,10 +294,69 @@ def test_smoke_pipeline(tmp_path):
     assert v["classifier/linear_d64/test_acc"] > 0.5
     assert result.sane, result.sanity
     assert {"samples", "linear_d64/rel_err_median", "mlp_pgd/pass_rate"} <= set(result.figures)
-    assert isinstance(result.holds, bool) and result.statement
+    assert result.statement and result.verdict in ("holds", "fails", "inconclusive")
+    assert [c.name for c in result.criteria] == ["linear_d256_pass_rate", "linear_d256_rel_err_median", "mlp_pgd_pass_rate"]
+    rate = result.criterion("linear_d256_pass_rate")  # 2 smoke runs: a Clopper-Pearson interval over 2 trials
+    assert rate.n_units == 2 and rate.interval == "clopper-pearson" and rate.estimate == v["method/linear_d256/pass_rate"]
+    runs = [v[f"method/linear_d256/run{r}/rel_err"] for r in range(2)]
+    assert result.criterion("linear_d256_rel_err_median").estimate == pytest.approx(np.median(runs))
     assert len(metrics.figures) == 3 and all(p.is_file() and p.suffix == ".png" for p in metrics.figures)
     model = SPEC.module().load_model(cfg, artifacts.model_dir)
     assert isinstance(model, nn.Module)
     assert model(torch.rand(3, 64)).shape == (3, 10)
     with torch.no_grad():
         assert math.isfinite(float(model(torch.rand(1, 64)).sum()))
+
+
+def hand_built_metrics(rel_errors: dict[str, list[float]]):
+    """The metrics claim reads: per-run held-out relative errors per setting, aggregates from them, passing checks."""
+    from models.base import Metrics
+
+    eps = SPEC.make_config("default").guarantee.epsilon
+    values = {"method/samples": 14_953.0, "baseline/samples": 299.0, "check/linear_flip_errors": 0.0,
+              "check/linear_pgd_below_exact": 0.0, "check/linear_ibp_above_exact": 0.0, "check/mlp_ibp_above_pgd": 0.0}
+    for setting, errors in rel_errors.items():
+        for label, scale in (("method", 1.0), ("baseline", 10.0)):  # the control: 10x the error
+            rel = np.minimum(np.array(errors) * scale, 1.0)
+            for where in ("", "pool_"):
+                values[f"{label}/{setting}/{where}pass_rate"] = float(np.mean(rel <= eps))
+                values[f"{label}/{setting}/{where}rel_err_median"] = float(np.median(rel))
+                values[f"{label}/{setting}/{where}rel_err_max"] = float(rel.max())
+                values[f"{label}/{setting}/{where}mass_above_kappa_max_min"] = 0.1
+            values[f"{label}/{setting}/bound_monotone"] = 1.0
+        for r, e in enumerate(errors):
+            values[f"method/{setting}/run{r}/rel_err"] = e
+    return Metrics(values)
+
+
+def test_claim_criteria_are_intervals_over_certification_runs():
+    cfg = SPEC.make_config("default")
+    eps = cfg.guarantee.epsilon
+    assert cfg.sampling.repetitions == 20 and cfg.mlp.repetitions == 10
+    good = [0.005 * (1 + r % 4) for r in range(20)]  # all <= eps / 2 = 0.025: every run passes
+    result = SPEC.module().claim(cfg, hand_built_metrics(
+        {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": good[:10], "mlp_ibp": good[:10]}))
+    assert result.sane, result.sanity
+    assert {c.name for c in result.criteria} == {"linear_d256_pass_rate", "linear_d256_rel_err_median",
+                                                "linear_d1024_pass_rate", "linear_d1024_rel_err_median", "mlp_pgd_pass_rate"}
+    median = result.criterion("linear_d1024_rel_err_median")
+    assert median.estimate == pytest.approx(0.0125) and median.high <= 0.02 and median.state == "holds"
+    # 20/20 passing runs: the pass probability's 95 % interval [0.83, 1] straddles 0.95, so it stays open.
+    rate = result.criterion("linear_d256_pass_rate")
+    assert rate.estimate == 1.0 and rate.low == pytest.approx(0.8316, abs=1e-3) and rate.state == "inconclusive"
+    assert result.verdict == "inconclusive"
+
+    # Run errors spread around eps / 2 (median 0.025 exactly): the median criterion straddles its threshold.
+    around = [0.015, 0.035] * 10
+    result = SPEC.module().claim(cfg, hand_built_metrics(
+        {"linear_d64": good, "linear_d256": around, "linear_d1024": good, "mlp_pgd": good[:10], "mlp_ibp": good[:10]}))
+    median = result.criterion("linear_d256_rel_err_median")
+    assert median.low < eps / 2 < median.high and median.state == "inconclusive"
+
+    # The MLP-PGD certificate failing in 8 of 10 runs: the pass rate's interval lies below 0.9, so the claim fails.
+    failing = [0.2] * 8 + [0.01] * 2
+    result = SPEC.module().claim(cfg, hand_built_metrics(
+        {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": failing, "mlp_ibp": good[:10]}))
+    mlp = result.criterion("mlp_pgd_pass_rate")
+    assert mlp.estimate == pytest.approx(0.2) and mlp.high < 0.9 and mlp.state == "fails"
+    assert result.verdict == "fails"

@@ -274,7 +274,89 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert v["method/abs_err_hardest"] < 0.5 and v[f"method/ess_frac_{hard}"] > 100 * v[f"baseline/ess_frac_{hard}"]
     assert v["snr/checked"] >= 3 and v["snr/max_rel_dev"] <= 0.1
     claim = json.loads((tmp_path / "outputs" / "ppd_snr" / "claim.json").read_text())
-    assert claim["figures"]["mc_err_hardest"] == pytest.approx(v["baseline/err_hardest"])
+    mc = next(c for c in claim["criteria"] if c["name"] == "mc_err_hardest")
+    assert mc["estimate"] == pytest.approx(v["baseline/err_hardest"]) and mc["n_units"] == cfg.estimate_repeats
+    assert result.criterion("is_err_hardest_lt_plus1").estimate == pytest.approx(v["method/err_hardest"])
+    # One data replicate at smoke: the sweep criteria have no interval, so they can at best be inconclusive.
+    assert result.criterion("delta_increases_d").state == "inconclusive" and result.verdict != "holds"
     bank = SPEC.module().load_model(cfg, tmp_path / "outputs" / "ppd_snr" / "model")
     z = bank.get(bank.primary).sample(5, _gen())
     assert bank(z).shape == (5,) and torch.isfinite(bank(z)).all()
+
+
+# ----------------------------------------------------------------------------- claim from hand-built metrics
+
+
+def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> "Metrics":
+    """Every key claim() reads: Delta = d + m + 10 shift (SNR = 100 minus it) on every sweep point, each replicate's
+    Delta scaled by 1 +- step_noise (alternating), plus the hardest setting's repeats."""
+    from models.base import Metrics
+    from models.ppd_snr.data import tag
+    from models.ppd_snr.pipeline import sweep_axes
+
+    v = {}
+    for _, points in sweep_axes(cfg).values():
+        for d, m, shift in points:  # the base point lies on all three sweeps: its values depend on it alone
+            for r in range(cfg.data.replicates):
+                key = f"snr/{tag(d, m, shift)}_r{r}"
+                v[f"{key}/delta"] = (1 + step_noise * (-1) ** r) * (d + m + 10 * shift)
+                v[f"{key}/snr_empirical"], v[f"{key}/snr_rel_se"] = 100.0 - (d + m + 10 * shift), 0.01
+    hard = "d10_m100_s0p50"
+    for variant, errors in (("baseline", mc_errors), ("method", is_errors)):
+        for j, err in enumerate(errors):
+            v[f"{variant}/repeat{j}/err_hardest"] = err
+        v[f"{variant}/err_hardest"] = float(np.mean(errors))
+        v[f"{variant}/max_abs_err_hardest"] = float(np.max(np.abs(errors)))
+    v.update({f"problem/delta_{hard}": 40.0, "problem/delta_hardest": 40.0, f"baseline/samples_{hard}": 2000.0,
+              "baseline/sweep_err_Kmax": -20.0, f"method/ess_frac_{hard}": 0.9, "snr/max_rel_dev": 0.02,
+              "snr/checked": 3.0, "snr/max_rel_se": 0.02, "baseline/err_max_z": 0.0, "check/optimal_logw_spread": 0.0,
+              "check/optimal_abs_err": 0.0, "check/delta_expfam_max_rel_err": 0.0})
+    return Metrics(v)
+
+
+def _claim_cfg():
+    return Config.for_scale("smoke", {"data.replicates": 4, "estimate_repeats": 4})
+
+
+def test_claim_holds_when_every_interval_clears_its_threshold():
+    from models.ppd_snr.pipeline import claim
+
+    result = claim(_claim_cfg(), _claim_metrics(_claim_cfg(), [-80.0, -75.0, -90.0, -85.0], [0.01, -0.02, 0.0, 0.01]))
+    assert len(result.criteria) == 9 and result.verdict == "holds", [c.describe() for c in result.criteria]
+    delta = result.criterion("delta_increases_m")
+    assert delta.estimate == pytest.approx(40.0) and delta.low == delta.high == pytest.approx(40.0)  # identical replicates
+    mc = result.criterion("mc_err_hardest")
+    assert mc.estimate == pytest.approx(-82.5) and mc.high < -50 and mc.n_units == 4
+
+
+def test_claim_is_inconclusive_when_the_is_error_interval_straddles_minus_one_nat():
+    from models.ppd_snr.pipeline import claim
+
+    # Mean -0.75 nats: within 1 nat on average, but 4 repeats with sd 0.77 leave -1 inside the t interval.
+    result = claim(_claim_cfg(), _claim_metrics(_claim_cfg(), [-80.0, -75.0, -90.0, -85.0], [-1.5, -0.5, 0.2, -1.2]))
+    low_side = result.criterion("is_err_hardest_gt_minus1")
+    assert low_side.estimate == pytest.approx(-0.75) and low_side.low < -1 < low_side.high
+    assert low_side.state == "inconclusive" and result.criterion("is_err_hardest_lt_plus1").state == "holds"
+    assert result.verdict == "inconclusive"
+
+
+def test_claim_fails_when_simple_mc_is_close_or_delta_does_not_rise():
+    from models.ppd_snr.pipeline import claim
+
+    cfg = _claim_cfg()
+    close = claim(cfg, _claim_metrics(cfg, [-3.0, -4.0, -2.0, -5.0], [0.0, 0.0, 0.01, -0.01]))
+    assert close.criterion("mc_err_hardest").state == "fails" and close.verdict == "fails"
+
+
+def test_sweep_criterion_is_inconclusive_when_replicates_disagree_on_the_step():
+    from models.ppd_snr.pipeline import claim
+
+    # Each step is 3x its size in half the replicates and -1x in the others: the replicate means rise along every
+    # sweep (today's boolean says "monotone"), but resampling replicates puts 0 inside the interval.
+    cfg = _claim_cfg()
+    result = claim(cfg, _claim_metrics(cfg, [-80.0, -75.0, -90.0, -85.0], [0.0, 0.0, 0.01, -0.01], step_noise=2.0))
+    for axis, smallest_step in (("d", 4.0), ("m", 40.0), ("shift", 4.0)):
+        delta = result.criterion(f"delta_increases_{axis}")
+        assert delta.estimate == pytest.approx(smallest_step) and delta.low < 0 < delta.high, delta.describe()
+        assert delta.state == "inconclusive"
+    assert result.criterion("snr_decreases_d").state == "holds" and result.verdict == "inconclusive"

@@ -282,6 +282,8 @@ def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
     meta = json.loads((ref.path / "aldp" / "meta.json").read_text())
     assert meta["forcefield"] == "amber99sbildn_obc" and meta["n_frames"] == cfg.data.md_steps // cfg.data.save_every
     assert np.isfinite(np.load(ref.path / "user" / "energies.npy")).all()
+    assert ref.source == "real" and ref.meta["system_sources"] == {"aldp": "synthetic", "user": "real"}
+    assert "raw/aldp.npy" in ref.provenance and "OpenMM" in ref.provenance
 
     artifacts = steps.train(SPEC, cfg, tmp_path)
     assert artifacts.history["method"] and (artifacts.model_dir / "flow.pt").is_file()
@@ -291,7 +293,48 @@ def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
     assert 0 < v["baseline/ess"] <= 1 and 0 < v["method/ess_final"] <= 1
     assert v["check/invert_max_abs"] < 1e-8 and v["check/logdet_max_abs_err"] < 1e-8
     assert {p.name for p in metrics.figures} >= {"ramachandran.png", "energy_histogram.png", "smc_trace.png"}
-    assert result.sane and isinstance(result.holds, bool)
+    assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
+    assert [c.name for c in result.criteria] == ["energy_w2_smc_minus_snis", "energy_mean_gap_smc_minus_snis"]
+    w2 = result.criterion("energy_w2_smc_minus_snis")
+    # Smoke samples one seed: the estimate is that seed's difference, and one unit can only be inconclusive.
+    assert w2.estimate == pytest.approx(v[f"method/energy_w2_seed{cfg.seed}"] - v[f"baseline/energy_w2_seed{cfg.seed}"])
+    assert w2.n_units == 1 and w2.state == "inconclusive" and "one unit" in w2.why
     model = SPEC.module().load_model(cfg, artifacts.model_dir)
     assert isinstance(model, torch.nn.Module)
     assert model.sample_nm(3).shape == (3, 22, 3)
+
+
+# ----------------------------------------------------------------------------- claim
+
+
+def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis):
+    """claim() at default scale (3 sampling seeds) on hand-built per-seed metrics; must-pass figures passing."""
+    from models.base import Metrics
+
+    cfg = SPEC.make_config("default")
+    v = {"check/invert_max_abs": 0.0, "check/logdet_max_abs_err": 0.0, "check/md_energies_finite": 1.0,
+         "baseline/ess": 0.5, "method/ess_final": 0.5, "method/energy_mean": -20.0, "baseline/energy_mean": -10.0,
+         "method/torus_w2": 1.0, "baseline/torus_w2": 1.0, "proposal/energy_median": 0.0, "md/energy_mean": -23.0,
+         "baseline/unique_fraction": 0.1, "method/unique_fraction": 0.1}
+    for k in range(cfg.sampler.n_seeds):
+        seed = cfg.seed + k
+        v[f"method/energy_w2_seed{seed}"], v[f"baseline/energy_w2_seed{seed}"] = w2_smc[k], w2_snis[k]
+        v[f"method/energy_mean_gap_seed{seed}"], v[f"baseline/energy_mean_gap_seed{seed}"] = gap_smc[k], gap_snis[k]
+    for variant, w2, gap in (("method", w2_smc, gap_smc), ("baseline", w2_snis, gap_snis)):
+        v[f"{variant}/energy_w2"], v[f"{variant}/energy_mean_gap"] = float(np.median(w2)), float(np.median(gap))
+    return SPEC.module().claim(cfg, Metrics(v))
+
+
+def test_claim_states_follow_the_seed_intervals():
+    snis = [10.0, 12.0, 11.0]
+    clear = _claim_of([5.0, 5.5, 5.2], snis, [1.0, 1.2, 0.9], [4.0, 4.1, 3.9])
+    assert clear.verdict == "holds" and clear.sane
+    c = clear.criterion("energy_w2_smc_minus_snis")
+    assert c.estimate == pytest.approx(np.mean([-5.0, -6.5, -5.8])) and c.n_units == 3 and c.high < 0
+    # SMC better on two seeds and much worse on the third: the mean difference's interval straddles 0.
+    mixed = _claim_of([5.0, 6.0, 20.0], snis, [1.0, 1.2, 0.9], [4.0, 4.1, 3.9])
+    m = mixed.criterion("energy_w2_smc_minus_snis")
+    assert m.low < 0 < m.high and m.state == "inconclusive" and mixed.verdict == "inconclusive"
+    # SMC's mean energy further from MD's on every seed: that criterion fails, so the claim fails.
+    worse = _claim_of([5.0, 5.5, 5.2], snis, [6.0, 6.2, 5.9], [4.0, 4.1, 3.9])
+    assert worse.criterion("energy_mean_gap_smc_minus_snis").state == "fails" and worse.verdict == "fails"

@@ -346,12 +346,64 @@ def test_smoke_pipeline_meets_the_contract(tmp_path):
     assert any(k.startswith("method/") for k in metrics.values) and any(k.startswith("baseline/") for k in metrics.values)
     assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 and f.parent == layout.plots_dir
                                    for f in metrics.figures)
-    assert result.statement and result.figures and isinstance(result.holds, bool)
+    assert result.statement and result.figures and result.verdict in ("holds", "fails", "inconclusive")
+    assert [c.name for c in result.criteria] == ["eps_mse_ratio", "psnr_gain_db"]
+    ratio, gain = result.criterion("eps_mse_ratio"), result.criterion("psnr_gain_db")
+    # Equal t points per volume: the ratio of per-volume means is the pooled ratio; one sampled volume at smoke.
+    assert ratio.estimate == pytest.approx(result.figures["eps_mse_ratio"]) and ratio.n_units == cfg.data.n_test
+    assert ratio.interval == "bootstrap" and ratio.low <= ratio.estimate <= ratio.high
+    assert gain.estimate == pytest.approx(result.figures["psnr_gain_db"]) and gain.n_units == cfg.eval.sample_volumes == 1
+    assert gain.state == "inconclusive" and math.isinf(gain.high)  # one unit: an infinite interval
     assert result.sane, result.sanity  # the must-pass checks hold at any scale
     assert {"fusion_at_init_equals_merge", "fusion_weights_sum_to_one", "self_consistency_pool_reproduces_lr",
             "finite_metrics"} <= set(result.sanity)
     assert metrics.values["method/init_gap"] == 0.0
     on_disk = json.loads(layout.claim_file.read_text())
-    assert on_disk["holds"] == result.holds and on_disk["figures"].keys() == result.figures.keys()
+    assert on_disk["verdict"] == result.verdict and on_disk["figures"].keys() == result.figures.keys()
+    assert ClaimResult.from_dict(on_disk).criterion("eps_mse_ratio") == ratio
     model = SPEC.module().load_model(cfg, layout.model_dir)
     assert isinstance(model, ScoreFusion)
+
+
+# ----------------------------------------------------------------------------- claim
+
+
+def _claim_of(eps_fusion, eps_merge, psnr_fusion, psnr_merge):
+    """claim() on hand-built per-volume metrics (the must-pass figures set to passing values)."""
+    cfg = Config.for_scale("default")
+    v = {"method/init_gap": 0.0, "method/weight_sum_err": 0.0, "method/slice_roundtrip_err": 0.0,
+         "method/pool_residual_max": 0.0, "reference/eps_mse_gaussian_prior": 10.0,
+         "method/eps_mse_diff_stderr": 0.0, "method/psnr_diff_stderr": 0.0}
+    for i, (f, m) in enumerate(zip(eps_fusion, eps_merge)):
+        v[f"method/volume{i}_eps_mse"], v[f"baseline/volume{i}_eps_mse"] = f, m
+    for i, (f, m) in enumerate(zip(psnr_fusion, psnr_merge)):
+        v[f"method/volume{i}_psnr"], v[f"baseline/volume{i}_psnr"] = f, m
+    means = {"method/eps_mse": np.mean(eps_fusion), "baseline/eps_mse": np.mean(eps_merge),
+             "method/psnr": np.mean(psnr_fusion), "baseline/psnr": np.mean(psnr_merge)}
+    for key in ("eps_mse_low_t", "ssim", "fd_err"):
+        means[f"method/{key}"] = means[f"baseline/{key}"] = 1.0
+    for key in ("tpdm_eps_mse", "tpdm_psnr", "tpdm_fd_err"):
+        means[f"baseline/{key}"] = 1.0
+    means["reference/lr_psnr"] = 20.0
+    return SPEC.module().claim(cfg, Metrics({**v, **{k: float(x) for k, x in means.items()}}))
+
+
+def test_claim_states_follow_the_volume_intervals():
+    rng = np.random.default_rng(0)
+    merge = 0.1 + 0.02 * rng.random(16)
+    psnr_merge = 25 + rng.random(16)
+    # Fusion 10 % below merge on every volume and +0.3 dB on every sample: both criteria hold.
+    good = _claim_of(0.9 * merge, merge, psnr_merge + 0.3 + 0.01 * rng.standard_normal(16), psnr_merge)
+    assert good.verdict == "holds" and good.sane
+    assert good.criterion("eps_mse_ratio").estimate == pytest.approx(0.9)
+    assert good.criterion("eps_mse_ratio").high < 0.95
+    # A ratio of 0.95 on average, +-10 % volume to volume: the bootstrap interval straddles 0.95.
+    spread = np.where(np.arange(16) % 2 == 0, 0.85, 1.05)
+    straddle = _claim_of(spread * merge, merge, psnr_merge + 0.3, psnr_merge)
+    c = straddle.criterion("eps_mse_ratio")
+    assert c.low < 0.95 < c.high and c.state == "inconclusive" and straddle.verdict == "inconclusive"
+    # PSNR gain +-0.5 dB around 0 (the review's "barely discriminates"): inconclusive; -0.3 dB everywhere fails.
+    noisy_gain = _claim_of(0.9 * merge, merge, psnr_merge + np.where(np.arange(16) % 2 == 0, 0.5, -0.45), psnr_merge)
+    assert noisy_gain.criterion("psnr_gain_db").state == "inconclusive"
+    worse = _claim_of(0.9 * merge, merge, psnr_merge - 0.3 + 0.01 * rng.standard_normal(16), psnr_merge)
+    assert worse.criterion("psnr_gain_db").state == "fails" and worse.verdict == "fails"

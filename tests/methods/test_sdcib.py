@@ -14,7 +14,7 @@ import torch.nn.functional as F
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))  # tiny tensors: threads only add contention
 
-from models.base import ValidationError, read_dataset  # noqa: E402
+from models.base import Metrics, ValidationError, read_dataset  # noqa: E402
 from models.sdcib import SPEC  # noqa: E402
 from models.sdcib.algorithm import (  # noqa: E402
     cluster_acc,
@@ -261,6 +261,7 @@ def test_prepare_reads_user_supplied_real_npz(tmp_path):
     cfg = SPEC.make_config("smoke", {"data.real_npz": "real/esp.npz", "batch_size": 8})
     ref = steps.prepare(SPEC, cfg, tmp_path)
     assert ref.meta["synthetic"] is False and ref.meta["view_dims"] == [6, 9] and ref.meta["n_clusters"] == 4
+    assert ref.meta["source"] == "real" and "real/esp.npz" in ref.meta["provenance"]
     views, labels = load_npz(ref.file("esp.npz"))
     assert len(labels) == 40 and views[1].shape == (40, 9)
 
@@ -281,9 +282,49 @@ def test_smoke_pipeline_outputs(tmp_path):
     assert v["check/labels_in_range"] == 1.0
     assert all(np.isfinite(x) for x in v.values())
     assert result.sanity["loss_bounded_abs_lt_1e4"] and result.sanity["labels_in_range"]
-    assert set(result.figures) >= {"acc_gap_vs_last_layer", "acc_gap_vs_kmeans", "max_abs_loss"}
+    assert {c.name for c in result.criteria} == {"acc_gap_vs_last_layer", "acc_gap_vs_kmeans"}
+    gap = result.criterion("acc_gap_vs_last_layer")
+    assert gap.estimate == pytest.approx(v["method/acc"] - v["baseline/acc"])
+    assert gap.n_units == cfg.n_seeds == 1 and gap.state == "inconclusive"  # one seed at smoke: no interval
+    assert result.verdict in ("inconclusive", "fails") and "max_abs_loss" in result.figures
+    assert v["method/seed0/acc"] == pytest.approx(v["method/acc"])  # one seed: the per-seed value is the mean
+    assert ref.meta["source"] == "synthetic" and "make_esp_like" in ref.meta["provenance"]
     assert {p.name for p in metrics.figures} >= {"scores.png", "embedding_2d.png"}
     model = SPEC.module().load_model(cfg, artifacts.model_dir)
     views, labels = load_npz(ref.file("esp.npz"))
     pred = model.predict([torch.from_numpy(x) for x in views])
     assert pred.shape == labels.shape
+
+
+# ----------------------------------------------------------------------------- claim
+
+
+def claim_metrics(sdcib_acc, last_layer_acc, kmeans_acc) -> Metrics:
+    """The metric keys claim() reads, with the given per-seed ACCs for the three arms."""
+    values = {"check/labels_in_range": 1.0, "method/max_abs_loss": 3.0, "baseline/max_abs_loss": 2.0,
+              "method/cluster_entropy": 0.99, "method/acc_train_mode": 0.5}
+    for prefix, accs in (("method", sdcib_acc), ("baseline", last_layer_acc), ("baseline_kmeans", kmeans_acc)):
+        for k, acc in enumerate(accs):
+            values[f"{prefix}/seed{k}/acc"] = acc
+        values.update({f"{prefix}/{name}": 0.5 for name in ("nmi", "ari", "acc_std", "acc_best_of_seeds")})
+        values[f"{prefix}/acc"] = float(np.mean(accs))
+    return Metrics(values)
+
+
+def test_claim_gaps_are_paired_over_seeds_and_three_state():
+    cfg = Config(n_seeds=3)
+    # SDCIB beats both baselines on every seed by ~0.09: both intervals above 0.
+    holds = SPEC.module().claim(cfg, claim_metrics([0.74, 0.76, 0.72], [0.65, 0.66, 0.64], [0.60, 0.61, 0.62]))
+    gap = holds.criterion("acc_gap_vs_last_layer")
+    assert gap.estimate == pytest.approx(0.09) and gap.low > 0 and gap.n_units == 3 and gap.interval == "t"
+    assert holds.verdict == "holds" and holds.sane
+    # Pairing: the seeds' ACCs vary a lot, their differences do not, so the paired gap is still decisive.
+    paired = SPEC.module().claim(cfg, claim_metrics([0.50, 0.70, 0.90], [0.47, 0.68, 0.87], [0.1, 0.2, 0.3]))
+    assert paired.criterion("acc_gap_vs_last_layer").state == "holds"
+    # Per-seed gaps +0.03, -0.02, +0.01 straddle 0: inconclusive, so the verdict is too.
+    mixed = SPEC.module().claim(cfg, claim_metrics([0.70, 0.68, 0.71], [0.67, 0.70, 0.70], [0.5, 0.5, 0.5]))
+    assert mixed.criterion("acc_gap_vs_last_layer").state == "inconclusive"
+    assert mixed.criterion("acc_gap_vs_kmeans").state == "holds" and mixed.verdict == "inconclusive"
+    # k-means ahead on every seed: that criterion fails, and with it the claim.
+    fails = SPEC.module().claim(cfg, claim_metrics([0.70, 0.71, 0.72], [0.60, 0.61, 0.62], [0.80, 0.82, 0.81]))
+    assert fails.criterion("acc_gap_vs_kmeans").state == "fails" and fails.verdict == "fails"

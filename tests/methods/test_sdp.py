@@ -440,10 +440,13 @@ def test_smoke_pipeline(tmp_path):
     assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in metrics.figures)
     assert all(f.parent == layout.plots_dir for f in metrics.figures)
     assert result.statement and result.figures and isinstance(result.holds, bool)
+    assert [c.name for c in result.criteria] == ["sdp_keeps_success", "dp_drop", "sfilm_vs_film_so3"]
+    assert result.criterion("dp_drop").estimate == pytest.approx(v["baseline/success_yaw"] - v["baseline/success_so3"])
+    assert result.verdict in ("inconclusive", "fails")  # one training seed: nothing can hold
     assert result.sanity["sdp_equivariance_error_below_tol"] and result.sanity["baseline_equivariance_error_order_one"]
     assert all(isinstance(x, bool) for x in result.sanity.values()) and "finite_metrics" in result.sanity
     on_disk = json.loads(layout.claim_file.read_text())
-    assert on_disk["holds"] == result.holds and on_disk["figures"].keys() == result.figures.keys()
+    assert on_disk["verdict"] == result.verdict and on_disk["figures"].keys() == result.figures.keys()
 
     model = SPEC.module().load_model(cfg, layout.model_dir)
     assert isinstance(model, torch.nn.Module)
@@ -454,6 +457,41 @@ def test_smoke_pipeline(tmp_path):
 
     again = pickle.loads(pickle.dumps(model)).predict(test["points"][:3], test["ee_pose"][:3])
     assert np.array_equal(again, chunk)
+
+
+def _claim_metrics(sdp=(0.915, 0.895), dp=(0.67, 0.015), film=None) -> Metrics:
+    """Hand-built evaluation numbers (yaw, SO(3) success per policy; the default run's by default), sane checks."""
+    values = {"method/equivariance_error": 6e-7, "method/equivariance_error_untrained": 5e-7,
+              "method/policy_equivariance_error": 1e-6, "method/policy_equivariance_error_clip_sample": 0.2,
+              "baseline/equivariance_error": 0.9, "method_film/equivariance_error": 6e-7,
+              "oracle/demo_success_yaw": 1.0, "oracle/demo_success_so3": 1.0}
+    for prefix, (yaw, so3) in (("method", sdp), ("baseline", dp), ("method_film", film or (0.0, 0.0))):
+        values.update({f"{prefix}/success_yaw": yaw, f"{prefix}/success_so3": so3})
+    return Metrics(values)
+
+
+def test_claim_criteria_with_one_training_seed():
+    from models.sdp.pipeline import claim
+
+    cfg = SPEC.make_config("default")
+    assert not cfg.film_ablation
+    result = claim(cfg, _claim_metrics())
+    assert result.sane and [c.name for c in result.criteria] == ["sdp_keeps_success", "dp_drop"]
+    keeps, drop = result.criterion("sdp_keeps_success"), result.criterion("dp_drop")
+    assert keeps.estimate == pytest.approx(0.895 - 0.8 * 0.915) and keeps.threshold == 0.0
+    assert drop.estimate == pytest.approx(0.655) and (drop.threshold, drop.direction) == (0.30, ">=")
+    # The default run's numbers are far past both thresholds, but from one training seed there is no interval.
+    for c in (keeps, drop):
+        assert c.n_units == 1 and (c.low, c.high) == (-math.inf, math.inf) and c.state == "inconclusive"
+        assert "one unit" in c.why
+    assert result.verdict == "inconclusive" and not result.holds
+    # A success rate that is not a number fails the claim outright.
+    broken = claim(cfg, _claim_metrics(dp=(math.nan, 0.0)))
+    assert broken.criterion("dp_drop").state == "fails" and broken.verdict == "fails"
+    # With the ablation, SFiLM vs flat FiLM on SO(3) joins as a third criterion over the same seed.
+    ablated = claim(cfg.model_copy(update={"film_ablation": True}), _claim_metrics(film=(0.9, 0.5)))
+    sfilm = ablated.criterion("sfilm_vs_film_so3")
+    assert sfilm.estimate == pytest.approx(0.395) and sfilm.state == "inconclusive" and ablated.figures["film_success_so3"] == 0.5
 
 
 def test_robomimic_hdf5_file_round_trip(tmp_path):

@@ -226,6 +226,7 @@ def test_prepare_reads_user_supplied_weights_and_questions(tmp_path, monkeypatch
     out.mkdir()
     ref = P.prepare(cfg, out)
     assert ref.meta["synthetic"] is False and ref.meta["n_C"] == 2
+    assert ref.source == "real" and "data/qa.jsonl" in ref.provenance and "data/my_lm" in ref.provenance
     ids = torch.as_tensor([tok.encode("12+3=", bos=True)])
     assert torch.equal(load_pretrained(out / P.SMALL_LM)(ids), user(ids))
 
@@ -258,5 +259,52 @@ def test_smoke_pipeline(tmp_path):
     assert all(0 <= v[f"{s}/auroc"] <= 1 for s in ("method", "baseline", "baseline_mean", "finetuned_logits", "random"))
     assert claim.sane, claim.sanity
     assert {"auroc_gain", "routing_auc_selfref", "routing_auc_token_prob"} <= claim.figures.keys()
+    assert [c.name for c in claim.criteria] == ["auroc_gain", "routing_auc_gain"]
+    assert claim.criterion("auroc_gain").estimate == pytest.approx(v["method/auroc"] - v["baseline/auroc"])
+    assert claim.criterion("auroc_gain").n_units == cfg.n_seeds == 1 and claim.verdict in ("inconclusive", "fails")
+    assert ref.source == "synthetic" and "synthetic arithmetic" in ref.provenance
     model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
     assert isinstance(model, TinyLM) and model.config.vocab_size == len(make_tokenizer()) + 2
+
+
+def _claim_metrics(method_auroc, baseline_auroc, method_routing, baseline_routing):
+    """Hand-built evaluation numbers for ``claim``: per-seed AUROC and routing area of Self-REF and token
+    probability (their means as the headline keys), every must-pass check passing."""
+    from models.base import Metrics
+
+    v = {"random/routing_auc": 0.70, "method/acc_at_30pct_routing": 0.7, "baseline/acc_at_30pct_routing": 0.69,
+         "method/accuracy_change_pts": 0.2, "method/abstain_unanswerable": 0.5, "baseline/abstain_unanswerable": 0.4,
+         "method/confidence_min": 0.01, "method/confidence_max": 0.99, "method/routing_curve_start": 0.4,
+         "method/answer_acc": 0.4, "method/routing_curve_end": 0.95, "large/answer_acc": 0.95, "baseline/answer_acc": 0.398,
+         "random/max_deviation_from_line": 0.001, "random/deviation_tolerance": 0.01, "baseline_mean/auroc": 0.78,
+         "finetuned_logits/auroc": 0.79}
+    for name, key, series in (("method", "auroc", method_auroc), ("baseline", "auroc", baseline_auroc),
+                              ("method", "routing_auc", method_routing), ("baseline", "routing_auc", baseline_routing)):
+        v[f"{name}/{key}"] = float(np.mean(series))
+        v.update({f"{name}/seed{k}/{key}": x for k, x in enumerate(series)})
+    return Metrics(v)
+
+
+def test_claim_intervals_over_paired_fine_tuning_seeds():
+    import math
+
+    cfg = SPEC.make_config("default")
+    assert cfg.n_seeds == 3
+    base = [0.800, 0.800, 0.800]  # the base model's token probability: the same answers every seed
+    # AUROC gains 0.06 / 0.00 / 0.03 (mean 0.03): the interval straddles the 0.03 threshold
+    spread = P.claim(cfg, _claim_metrics([0.86, 0.80, 0.83], base, [0.80, 0.80, 0.81], [0.78, 0.78, 0.78]))
+    gain = spread.criterion("auroc_gain")
+    diffs = np.array([0.06, 0.0, 0.03])
+    half = 4.302653 * diffs.std(ddof=1) / math.sqrt(3)  # t_{0.975, 2}
+    assert (gain.estimate, gain.low, gain.high) == pytest.approx((0.03, 0.03 - half, 0.03 + half))
+    assert gain.n_units == 3 and gain.state == "inconclusive" and spread.sane
+    assert spread.criterion("routing_auc_gain").state == "holds"  # +0.02 / +0.02 / +0.03 over 0.78
+    assert spread.verdict == "inconclusive"
+    # The audited default (0.800 vs 0.801 over 3 seeds, within +-0.01): no 0.03 gain, the claim fails
+    null = P.claim(cfg, _claim_metrics([0.795, 0.805, 0.803], base, [0.78, 0.779, 0.781], [0.78, 0.78, 0.78]))
+    assert null.criterion("auroc_gain").state == "fails" and null.verdict == "fails"
+    assert null.criterion("routing_auc_gain").state == "inconclusive"
+    # Consistent gains on both: the claim holds
+    clear = P.claim(cfg, _claim_metrics([0.85, 0.86, 0.855], base, [0.80, 0.805, 0.81], [0.78, 0.78, 0.78]))
+    assert [c.state for c in clear.criteria] == ["holds", "holds"] and clear.verdict == "holds"
+    assert clear.figures["auroc_gain"] == pytest.approx(0.055)

@@ -12,7 +12,7 @@ import pytest
 
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
-from models.base import ValidationError  # noqa: E402
+from models.base import Metrics, ValidationError  # noqa: E402
 from models.sleeping_rl import SPEC  # noqa: E402
 from models.sleeping_rl.algorithm import (  # noqa: E402
     UCBVI,
@@ -37,7 +37,7 @@ from models.sleeping_rl.data import (  # noqa: E402
     sleeping_policy_value,
     write_official_config,
 )
-from models.sleeping_rl.pipeline import BRIEF_TABLE  # noqa: E402
+from models.sleeping_rl.pipeline import BRIEF_TABLE, TOLERANCE  # noqa: E402
 
 H = 10
 STAY, UP, DOWN, LEFT, RIGHT = range(5)
@@ -302,6 +302,7 @@ def test_prepare_reads_official_configs(tmp_path, monkeypatch):
     assert [(s["name"], s["role"]) for s in settings] == [("g2_p025", "main"), ("g3_p1", "control")]
     assert settings[0]["v_star"] == pytest.approx(7.7215, abs=1e-4)
     assert settings[1]["v_star"] == settings[1]["v_agnostic"] == pytest.approx(7.0)
+    assert ref.source == "real" and "configs" in ref.provenance  # the official repository's own settings
 
 
 @pytest.mark.parametrize(
@@ -340,6 +341,12 @@ def test_smoke_pipeline(tmp_path):
     assert "control_within_tol_g2_p1" not in result.sanity  # a default-scale check only
     assert {"sleeping_error_g2_p025", "ucbvi_excess_g2_p025", "gap_ratio_g2_p025"} <= set(result.figures)
     assert isinstance(result.holds, bool) and "beta=0.1" in result.notes
+    # Only the main setting is at smoke scale: its three criteria, one seed each (no interval).
+    assert [c.name for c in result.criteria] == ["sleeping_error_g2_p025", "ucbvi_excess_g2_p025", "gap_ratio_g2_p025"]
+    for c in result.criteria:
+        assert c.estimate == pytest.approx(result.figures[c.name]) and c.n_units == 1 and c.state != "holds"
+    ref = steps.load_data(SPEC, tmp_path)
+    assert ref.source == "synthetic" and "g2_p025" in ref.provenance
     assert {p.name for p in metrics.figures} == {"reward_curves.png", "cumulative_regret.png"}
     assert all(p.is_file() and p.stat().st_size > 10_000 for p in metrics.figures)
 
@@ -347,3 +354,45 @@ def test_smoke_pipeline(tmp_path):
     actions = policy.predict(np.array([[0, 0, 1], [H - 1, 3, 1], [3, 2, 1 | 1 << RIGHT | 1 << UP]]))
     assert actions.shape == (3,) and actions[0] == STAY and actions[1] == STAY
     assert actions[2] in (RIGHT, UP, STAY)
+
+
+def _claim_metrics(cfg, last10):
+    """Hand-built evaluate output: per-seed last-10% rewards ``last10[(variant, setting)]``, the exact
+    DP references, and policy values that satisfy the sanity bounds."""
+    from models.sleeping_rl.pipeline import resolve_settings, run_seeds
+
+    values = {}
+    for s in resolve_settings(cfg)[0]:
+        v_star, v_agn = BRIEF_TABLE[s.grid, s.safe_prob]
+        values |= {f"reference/v_star_{s.name}": v_star, f"reference/v_agnostic_{s.name}": v_agn,
+                   f"method/policy_value_{s.name}": v_star, f"baseline/policy_value_{s.name}": v_agn}
+        for variant, default in (("method", v_star), ("baseline", v_agn)):
+            rewards = last10.get((variant, s.name), [default] * cfg.n_seeds)
+            for seed, r in zip(run_seeds(cfg), rewards):
+                values[f"{variant}/last10_reward_{s.name}_seed{seed}"] = r
+            values[f"{variant}/last10_reward_{s.name}"] = float(np.mean(rewards))
+    return Metrics(values)
+
+
+def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
+    from models.sleeping_rl.pipeline import claim
+
+    cfg = SPEC.make_config("default", {"n_seeds": 3})  # the t-interval needs >= 2 seeds; 3 keeps it finite and tight
+    main = {("method", "g2_p025"): [7.70, 7.72, 7.74], ("baseline", "g2_p025"): [6.22, 6.24, 6.23],
+            ("method", "g3_p05"): [5.76, 5.78, 5.80], ("baseline", "g3_p05"): [4.12, 4.14, 4.13]}
+    result = claim(cfg, _claim_metrics(cfg, main))
+    assert len(result.criteria) == 6 and result.verdict == "holds", [c.describe() for c in result.criteria]
+    gap = result.criterion("gap_ratio_g2_p025")
+    assert gap.estimate == pytest.approx((7.72 - 6.23) / (7.72 - 6.23)) and gap.n_units == 3
+    assert result.criterion("sleeping_error_g2_p025").low == 0.0  # the mean's interval contains V*
+    # SleepingUCBVI stuck at V*_agnostic on every seed: (i) and (iii) fail on the main setting.
+    stuck = main | {("method", "g2_p025"): [6.22, 6.24, 6.23]}
+    result = claim(cfg, _claim_metrics(cfg, stuck))
+    assert result.criterion("sleeping_error_g2_p025").state == "fails"
+    assert result.criterion("gap_ratio_g2_p025").state == "fails" and result.verdict == "fails"
+    # UCBVI's excess over V*_agnostic is 0.3 on average but 0.1 / 0.5 / 0.3 across seeds: (ii) straddles.
+    noisy = main | {("baseline", "g3_p05"): [4.23, 4.63, 4.43]}
+    result = claim(cfg, _claim_metrics(cfg, noisy))
+    excess = result.criterion("ucbvi_excess_g3_p05")
+    assert excess.low < TOLERANCE < excess.high and excess.state == "inconclusive"
+    assert result.verdict == "inconclusive"

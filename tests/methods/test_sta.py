@@ -327,20 +327,63 @@ def test_config_rejects_invalid_windows_and_canvases():
 # ----------------------------------------------------------------------------- pipeline (smoke)
 
 
-def test_smoke_pipeline(tmp_path):
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
     from tasks import steps
 
+    root = tmp_path_factory.mktemp("sta_smoke")
     cfg = SPEC.make_config("smoke")
-    steps.prepare(SPEC, cfg, tmp_path)
-    artifacts = steps.train(SPEC, cfg, tmp_path)
+    steps.prepare(SPEC, cfg, root)
+    artifacts = steps.train(SPEC, cfg, root)
+    metrics, result = steps.evaluate(SPEC, cfg, root)
+    return cfg, root, artifacts, metrics, result
+
+
+def test_smoke_pipeline(smoke_run):
+    cfg, root, artifacts, metrics, result = smoke_run
     assert set(artifacts.history) == {"pretrain", "method", "baseline"}
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
     v = metrics.values
     assert result.sane, result.sanity
     assert v["kernel/max_abs_err"] < 1e-4 and v["kernel/case0/visits_ok"] == 1.0
     assert v["sparsity/brief_8x16x16/sta_partial_blocks"] == 0 and v["sparsity/brief_8x16x16/swa_partial_blocks"] == 2136
     assert v["sparsity/hunyuan_30x48x80/sta_density"] == pytest.approx(0.09)
     assert all(math.isfinite(x) for x in v.values())
-    assert result.figures["sta_mixed_blocks_all_canvases"] == 0
-    model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "sta" / "model")
+    mixed = result.criterion("sta_mixed_blocks")
+    assert mixed.estimate == mixed.low == mixed.high == 0 and mixed.state == "holds"
+    # The smoke DiT's 1-token tiles leave token SWA no mixed blocks either, so this criterion fails at smoke.
+    swa = result.criterion("swa_mixed_blocks_min")
+    assert swa.estimate == min(x for k, x in v.items() if k.endswith("/swa_partial_blocks")) == 0 and swa.state == "fails"
+    gap = result.criterion("finetuned_sta_loss_gap")
+    # float32 losses averaged per video vs over the whole test set: equal up to rounding
+    assert gap.estimate == pytest.approx(v["method/loss_gap"], abs=1e-5) and gap.n_units == cfg.data.n_test
+    assert gap.low <= gap.estimate <= gap.high
+    model = SPEC.module().load_model(cfg, root / "outputs" / "sta" / "model")
     assert model.kind == "sta" and model.window == cfg.model.window
+
+
+def _with_video_losses(metrics, method, baseline):
+    from models.base import Metrics
+
+    values = {k: x for k, x in metrics.values.items() if "/video" not in k}
+    values["sparsity/dit/swa_partial_blocks"] = 1.0  # smoke's 1-token tiles leave none: let the loss gap decide
+    for variant, losses in (("method", method), ("baseline", baseline)):
+        values.update({f"{variant}/video{j}/denoise_loss": float(x) for j, x in enumerate(losses)})
+    return Metrics(values)
+
+
+def test_loss_gap_criterion_follows_its_interval_over_test_videos(smoke_run):
+    from models.sta.pipeline import claim
+
+    cfg, *_, metrics, _ = smoke_run
+    dense = np.linspace(0.05, 0.4, 8)
+    # Every video 3 % worse than dense: the whole interval sits below the 5 % threshold.
+    close = claim(cfg, _with_video_losses(metrics, 1.03 * dense, dense)).criterion("finetuned_sta_loss_gap")
+    assert close.estimate == pytest.approx(0.03) and close.high == pytest.approx(0.03) and close.state == "holds"
+    # 5 % worse on average, but alternately 15 % worse and 5 % better: the videos put 5 % inside the interval.
+    spread = claim(cfg, _with_video_losses(metrics, dense * np.tile([1.15, 0.95], 4), dense))
+    gap = spread.criterion("finetuned_sta_loss_gap")
+    assert gap.low < cfg.eval.claim_loss_gap < gap.high and gap.state == "inconclusive"
+    assert spread.verdict == "inconclusive"
+    # 20 % worse on every video: fails, and so does the claim.
+    worse = claim(cfg, _with_video_losses(metrics, 1.2 * dense, dense))
+    assert worse.criterion("finetuned_sta_loss_gap").state == "fails" and worse.verdict == "fails"

@@ -14,7 +14,7 @@ from numpy.polynomial import legendre
 
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
-from models.base import ValidationError  # noqa: E402
+from models.base import Metrics, ValidationError  # noqa: E402
 from models.common.lightning import set_threads  # noqa: E402
 from models.unhippo import SPEC  # noqa: E402
 from models.unhippo import algorithm as al  # noqa: E402
@@ -308,6 +308,7 @@ def test_fsd_loader_reads_the_release_layout_loops_and_crops(tmp_path, monkeypat
     (tmp_path / "prepared").mkdir()
     ref = SPEC.module().prepare(cfg, tmp_path / "prepared")
     assert not ref.meta["synthetic"] and ref.meta["length"] == 8
+    assert ref.meta["source"] == "real" and "Free Spoken Digit" in ref.meta["provenance"]
     assert [ref.meta[f"n_{s}"] for s in data_mod.SPLITS] == [18, 6, 6]
 
 
@@ -330,6 +331,7 @@ def test_smoke_pipeline(tmp_path):
     cfg = SPEC.make_config("smoke")
     ref = steps.prepare(SPEC, cfg, tmp_path)
     assert ref.meta["length"] == cfg.data.length and ref.meta["synthetic"]
+    assert ref.meta["source"] == "synthetic" and "make_waveforms" in ref.meta["provenance"]
     artifacts = steps.train(SPEC, cfg, tmp_path)
     expected = {f"{v}_train{tn:g}" for v in ("baseline", "method") for tn in cfg.train_noises}
     assert set(artifacts.history) == expected
@@ -342,8 +344,53 @@ def test_smoke_pipeline(tmp_path):
                 assert 0.0 <= v[f"{variant}/acc_train{tn:g}_eval{en:g}"] <= 1.0
     assert v["maths/max_real_eig_A0"] == pytest.approx(cfg.model.n - 1)
     assert all(result.sanity.values()), result.sanity
-    assert {"acc_noisy_gain_pt", "acc_clean_gap_pt", "recon_mse_ratio_unhippo_over_hippo"} <= set(result.figures)
+    assert {c.name for c in result.criteria} == {"acc_noisy_gain_pt", "acc_clean_gap_pt"}
+    gain = result.criterion("acc_noisy_gain_pt")
+    assert gain.estimate == pytest.approx(100 * (v["method/acc_noisy"] - v["baseline/acc_noisy"]))
+    assert gain.n_units == cfg.train.n_seeds == 1 and gain.state == "inconclusive"  # one seed: no interval
+    assert v["method/seed0/acc_clean"] == pytest.approx(v["method/acc_clean"])
+    assert "recon_mse_ratio_unhippo_over_hippo" in result.figures
     assert {p.name for p in metrics.figures} >= {"accuracy_vs_eval_noise.png", "reconstruction_mse.png"}
-    assert json.loads((tmp_path / "outputs" / "unhippo" / "claim.json").read_text())["holds"] == result.holds
+    assert json.loads((tmp_path / "outputs" / "unhippo" / "claim.json").read_text())["verdict"] == result.verdict
     model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "unhippo" / "model")
     assert model(torch.zeros(2, cfg.data.length)).shape == (2, cfg.data.n_classes)
+
+
+# ----------------------------------------------------------------------------- claim
+
+
+def claim_metrics(cfg: Config, noisy: dict[str, list[float]], clean: dict[str, list[float]]) -> Metrics:
+    """The keys claim() reads: per-seed noisy/clean accuracies of both models, matrix checks at their closed forms."""
+    n = cfg.model.n
+    values = {
+        "maths/a0_identity_residual": 0.0, "maths/bt_a0_minus_2q_residual": 0.0, "maths/max_real_eig_AR": 1.0,
+        "maths/max_real_eig_A0": n - 1.0, "maths/rel_change_AR_vs_A0_N16": 1.09, "maths/kalman_cov_asymmetry": 0.0,
+        "maths/kalman_cov_min_eig": 1.0, "maths/krylov_fft_vs_unrolled_rel_err": 0.0,
+    }
+    for noise in cfg.recon.noises:
+        values[f"baseline/recon_mse_noise{noise:g}"] = 1.0
+        values[f"method/recon_mse_noise{noise:g}"] = 0.4
+    for variant in ("method", "baseline"):
+        for k, (a_noisy, a_clean) in enumerate(zip(noisy[variant], clean[variant])):
+            values[f"{variant}/seed{k}/acc_noisy"], values[f"{variant}/seed{k}/acc_clean"] = a_noisy, a_clean
+        values[f"{variant}/acc_noisy"], values[f"{variant}/acc_clean"] = np.mean(noisy[variant]), np.mean(clean[variant])
+    return Metrics(values)
+
+
+def test_claim_pairs_training_seeds_and_is_three_state():
+    cfg = Config.for_scale("smoke", {"train.n_seeds": 3})
+    clean = {"method": [0.90, 0.92, 0.91], "baseline": [0.91, 0.92, 0.92]}  # gaps -1, 0, -1 pt: well above -3
+    # Noisy gains +6, +5, +7 pt: the whole interval is above 2 pt.
+    holds = SPEC.module().claim(cfg, claim_metrics(cfg, {"method": [0.60, 0.55, 0.62], "baseline": [0.54, 0.50, 0.55]},
+                                                   clean))
+    gain = holds.criterion("acc_noisy_gain_pt")
+    assert gain.estimate == pytest.approx(6.0) and gain.low > 2.0 and gain.n_units == 3 and gain.interval == "t"
+    assert holds.criterion("acc_clean_gap_pt").state == "holds" and holds.verdict == "holds" and holds.sane
+    # Gains +6, -1, +3 pt: mean 2.7 pt, but the interval straddles 2 pt.
+    mixed = SPEC.module().claim(cfg, claim_metrics(cfg, {"method": [0.60, 0.49, 0.58], "baseline": [0.54, 0.50, 0.55]},
+                                                   clean))
+    assert mixed.criterion("acc_noisy_gain_pt").state == "inconclusive" and mixed.verdict == "inconclusive"
+    # UnLSSL 1 pt below LSSL under noise on every seed: fails.
+    fails = SPEC.module().claim(cfg, claim_metrics(cfg, {"method": [0.53, 0.49, 0.54], "baseline": [0.54, 0.50, 0.55]},
+                                                   clean))
+    assert fails.criterion("acc_noisy_gain_pt").state == "fails" and fails.verdict == "fails"

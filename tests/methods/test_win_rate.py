@@ -295,6 +295,64 @@ def test_smoke_pipeline(tmp_path):
     assert all(0.0 <= v[f"{p}/win_rate"] <= 1.0 for p in ("method", "baseline", "sft", "nlhf"))
     assert v["method/win_rate"] <= v["anchor/max_win_rate"] + 1e-9
     assert claim.sane, claim.sanity
-    assert {"wro_mean_spearman_objective_wr", "spearman_fraction_vs_final_wr"} <= claim.figures.keys()
+    assert {"spearman_fraction_vs_final_wr", "spearman_expected_vs_final_wr"} <= claim.figures.keys()
+    ranking = claim.criterion("fraction_beats_optimum_ranking")
+    assert ranking.estimate == pytest.approx(v["runs/spearman_fraction_vs_final_wr"] - v["runs/spearman_expected_vs_final_wr"])
+    wro = [p for p in ("method", "nlhf", "wro_id", "wro_log", "wro_logit")]
+    assert claim.criterion("wro_correspondence").estimate == pytest.approx(np.mean([v[f"{p}/spearman_objective_wr"] for p in wro]))
+    # One seed at smoke: no interval, so no criterion can hold.
+    assert all(c.n_units == 1 and c.state != "holds" for c in claim.criteria) and claim.verdict != "holds"
     policy = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
     assert isinstance(policy, TinyLM)
+
+
+def _claim_metrics(cfg, wro_rho, dpo_rho, finals=None, fractions=None):
+    """Every key claim() reads, per seed: each WRO objective's rho = wro_rho[k], each DPO beta's = dpo_rho[k];
+    final win rates and fractions of optimum per variant (rows) and seed (columns)."""
+    from models.base import Metrics
+    from models.win_rate.pipeline import metric_prefix, variants
+
+    names = variants(cfg)
+    n = len(names)
+    finals = np.tile(np.linspace(0.5, 0.9, n)[:, None], (1, cfg.n_seeds)) if finals is None else finals
+    fractions = finals if fractions is None else fractions  # ranks the finals perfectly
+    v = {}
+    for i, (name, spec) in enumerate(names.items()):
+        p = metric_prefix(cfg, name)
+        rho = np.asarray(dpo_rho if spec["kind"] == "dpo" else wro_rho, float)
+        for k in range(cfg.n_seeds):
+            v.update({f"{p}/seed{k}/spearman_objective_wr": rho[k], f"{p}/seed{k}/win_rate": finals[i, k],
+                      f"{p}/seed{k}/fraction_of_optimum": fractions[i, k]})
+        # The win rate at the optimum ranks them in reverse: a clear loser against the fraction.
+        v.update({f"{p}/spearman_objective_wr": float(rho.mean()), f"{p}/expected_win_rate": 1.0 - 0.05 * i,
+                  f"{p}/win_rate": float(finals[i].mean())})
+    t = "tabular/uniform_"
+    v.update({"anchor/max_win_rate": 0.95, "anchor/win_rate": 0.5, "anchor/mass": 1.0, t + "anchor_wr": 0.5,
+              t + "sft_closed_form": 0.592, t + "sft_trained": 0.59, t + "sft_optimum_mass": 1.0, t + "wro_optimum": 0.819,
+              t + "wro_trained": 0.815, t + "rlhf_optimum_b1": 0.713, "runs/spearman_fraction_vs_final_wr": 1.0,
+              "runs/spearman_expected_vs_final_wr": -1.0})
+    return Metrics(v)
+
+
+def test_claim_criteria_hold_with_consistent_seeds_and_fail_below_threshold():
+    from models.win_rate.pipeline import claim
+
+    cfg = Config.for_scale("smoke", {"n_seeds": 3})
+    result = claim(cfg, _claim_metrics(cfg, [0.95, 0.96, 0.97], [0.3, -0.2, 0.4]))
+    assert result.verdict == "holds", [c.describe() for c in result.criteria]
+    gap = result.criterion("wro_minus_dpo_correspondence")
+    assert gap.estimate == pytest.approx(0.96 - abs(np.mean([0.3, -0.2, 0.4]))) and gap.n_units == 3
+    assert result.criterion("fraction_beats_optimum_ranking").estimate == pytest.approx(2.0)
+    low = claim(cfg, _claim_metrics(cfg, [0.70, 0.75, 0.72], [0.3, -0.2, 0.4]))
+    assert low.criterion("wro_correspondence").state == "fails" and low.verdict == "fails"
+
+
+def test_wro_correspondence_is_inconclusive_when_seeds_straddle_0_9():
+    from models.win_rate.pipeline import claim
+
+    cfg = Config.for_scale("smoke", {"n_seeds": 3})
+    # Mean 0.93 >= 0.9 (today's boolean: holds), but 3 seeds this far apart leave 0.9 inside the t interval.
+    result = claim(cfg, _claim_metrics(cfg, [0.99, 0.84, 0.96], [0.1, 0.0, 0.1]))
+    rho = result.criterion("wro_correspondence")
+    assert rho.estimate == pytest.approx(0.93) and rho.low < 0.9 < rho.high and rho.state == "inconclusive"
+    assert result.verdict == "inconclusive"

@@ -274,6 +274,7 @@ def test_smoke_pipeline_end_to_end(arch, tmp_path):
     cfg = SPEC.make_config("smoke", {"net.arch": arch})
     data = steps.prepare(SPEC, cfg, tmp_path)
     assert data.meta["n_train"] == 300 and data.meta["n_test"] == 100
+    assert data.source == "real" and "load_digits" in data.provenance and data.meta["dataset"] == "digits"
     artifacts = steps.train(SPEC, cfg, tmp_path)
     metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
     v = metrics.values
@@ -286,6 +287,10 @@ def test_smoke_pipeline_end_to_end(arch, tmp_path):
     assert {p.name for p in metrics.figures} == {"queries_curves.png", "lr_sweep.png"}
     assert all(p.is_file() for p in metrics.figures)
     assert set(result.figures) >= {"method_test_acc", "baseline_test_acc", "acc_gain_points", "cos_np", "cos_iso"}
+    assert v["method/seed0/test_acc"] == v["method/test_acc"]  # one smoke seed
+    assert 0 < v["method/seed0/query_fraction_to_baseline_loss"] <= 1
+    (beats,) = result.criteria  # one seed: no interval, so at best inconclusive
+    assert beats.name == "beats_zo_i" and beats.n_units == 1 and beats.state == "inconclusive"
     for check in ("probe_step_norm_is_mu", "query_count_exact", "sampler_cov_within_1.5x_mc_error", "finite_metrics"):
         assert result.sanity[check], check
     assert "np_train_loss_down_30pct" not in result.sanity  # default-scale checks only
@@ -339,3 +344,45 @@ def test_interrupted_zo_run_resumes_with_its_sampler_state(tmp_path):
     torch.testing.assert_close(resumed.chip.theta, full.chip.theta, rtol=0, atol=1e-12)
     for a, b in zip(resumed.sampler.curvature, full.sampler.curvature):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def hand_built_metrics(acc_method, acc_baseline, fractions):
+    """The metrics claim reads, with the given per-seed numbers (seeds 0, 1, 2) and passing sanity numbers."""
+    from models.base import Metrics
+
+    values = {"method/test_acc": float(np.mean(acc_method)), "baseline/test_acc": float(np.mean(acc_baseline)),
+              "method/query_fraction_to_baseline_loss": float(np.mean(fractions)),
+              "method/reaches_baseline_loss": float(min(fractions) < 1), "twin/test_acc": 0.9,
+              "method/postbp_test_acc": 0.5, "method/queries": 100.0, "baseline/queries": 100.0,
+              "expected_queries": 100.0, "method/lr": 1e-3, "baseline/lr": 1e-3,
+              "method/train_loss_reduction": 0.5, "baseline/train_loss_reduction": 0.4,
+              "sampler/cos_np": 0.5, "sampler/cos_np_predicted": 0.5, "sampler/cos_iso": 0.95,
+              "sampler/cos_iso_predicted": 0.95, "sampler/cov_rel_err": 0.1, "sampler/cov_rel_err_expected": 0.1,
+              "sampler/probe_norm_err_np": 0.0, "sampler/probe_norm_err_iso": 0.0}
+    for seed, (a, b, f) in enumerate(zip(acc_method, acc_baseline, fractions)):
+        values[f"method/seed{seed}/test_acc"], values[f"baseline/seed{seed}/test_acc"] = a, b
+        values[f"method/seed{seed}/query_fraction_to_baseline_loss"] = f
+    return Metrics(values)
+
+
+def test_claim_is_the_or_of_its_two_branches_over_paired_seeds():
+    cfg = Config.for_scale("default")
+    assert cfg.n_seeds == 3
+    claim = SPEC.module().claim
+    never = [1.0, 1.0, 1.0]  # ZO-I's final loss never reached: the query branch fails outright
+    # +3 pts on every seed: the accuracy branch holds, so the claim holds although the query branch fails.
+    result = claim(cfg, hand_built_metrics([0.83, 0.80, 0.86], [0.80, 0.77, 0.83], never))
+    (beats,) = result.criteria
+    assert beats.estimate == pytest.approx(2.0) and beats.low == pytest.approx(2.0)  # (3 - 1) / 1, zero width
+    assert beats.state == "holds" and result.verdict == "holds" and result.sane
+    # Per-seed gains +4, -2, +1 pts (mean 1.0, the threshold) and no query speed-up: inconclusive.
+    result = claim(cfg, hand_built_metrics([0.84, 0.78, 0.81], [0.80, 0.80, 0.80], never))
+    assert result.criterion("beats_zo_i").low < 0 < result.criterion("beats_zo_i").high
+    assert result.verdict == "inconclusive"
+    # Equal accuracy, but ZO-I's loss reached in 40-50 % of the queries on every seed: the query branch holds.
+    result = claim(cfg, hand_built_metrics([0.80] * 3, [0.80] * 3, [0.4, 0.5, 0.45]))
+    assert result.criterion("beats_zo_i").estimate == pytest.approx((0.70 - 0.45) / 0.70)
+    assert result.verdict == "holds"
+    # Equal accuracy on every seed and never faster: both branches fail, so the claim fails.
+    result = claim(cfg, hand_built_metrics([0.80, 0.81, 0.79], [0.80, 0.81, 0.79], [0.9, 1.0, 0.95]))
+    assert result.criterion("beats_zo_i").high < 0 and result.verdict == "fails"
