@@ -89,7 +89,9 @@ def clopper_pearson(successes: int, trials: int, confidence: float = CONFIDENCE)
 
 
 def _units(n: int, units: str) -> str:
-    return f"{n} {units}" if units and not units[0].isdigit() else units
+    if not units or units[0].isdigit():
+        return units
+    return f"{n} {units[:-1] if n == 1 and units.endswith('s') else units}"
 
 
 def mean_criterion(name: str, statement: str, values: Sequence[float] | np.ndarray, threshold: float,
