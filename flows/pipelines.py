@@ -190,6 +190,7 @@ def all_methods(methods: list[MethodName] | None = None, scale: Scale = Scale.de
     with ``dask_workers`` processes); the default runs them one after another.
     """
     chosen = list(methods or names())
+    tracking.client(env.project_root())  # a fresh MLflow DB is migrated here once, before parallel workers open it
     if runner == "dask":
         parallel = _all_methods_parallel.with_options(task_runner=dask_runner(dask_address, dask_workers))
         results = parallel(chosen, scale)

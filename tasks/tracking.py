@@ -59,14 +59,19 @@ def client(root: Path):
 
     uri = tracking_uri(root)
     if uri.startswith("sqlite:///"):
+        from filelock import FileLock
+
         db = Path(uri.removeprefix("sqlite:///"))
         db.parent.mkdir(parents=True, exist_ok=True)
-        fresh = not db.exists()
         mlflow.set_tracking_uri(uri)
-        c = MlflowClient(tracking_uri=uri, registry_uri=uri)
-        if fresh:
-            c.search_experiments(max_results=1)  # runs the migrations
-            _enable_wal(db)
+        # Opening a store migrates a fresh DB; two processes migrating one SQLite file at once corrupt it
+        # (parallel methods on Dask workers start together), so the first open in each process holds a lock.
+        with FileLock(str(db) + ".lock"):
+            fresh = not db.exists()
+            c = MlflowClient(tracking_uri=uri, registry_uri=uri)
+            c.search_experiments(max_results=1)  # opens the store: runs the migrations on a fresh DB
+            if fresh:
+                _enable_wal(db)
         return c
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)

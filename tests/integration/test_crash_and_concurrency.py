@@ -147,3 +147,21 @@ def test_method_lock_serialises_runs_of_one_method(tmp_path):
     other = registry.METHODS["sleeping_rl"]
     with steps.method_lock(toy_lightning.SPEC, tmp_path), steps.method_lock(other, tmp_path):
         pass  # different methods never wait for each other
+
+
+def test_processes_opening_a_fresh_mlflow_db_at_once_migrate_it_once(tmp_path):
+    """Parallel workers (make run's two Dask processes) open a fresh SQLite store together: one migrates it,
+    the others wait; without the lock alembic's temporary tables collide and the runs fail."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from pathlib import Path; from tasks import tracking; "
+            "c = tracking.client(Path(sys.argv[1])); c.create_experiment(sys.argv[2]); print('ok')")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), f"e{i}"], cwd=ROOT,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    from tasks import tracking
+
+    names = {e.name for e in tracking.client(tmp_path).search_experiments()}
+    assert {"e0", "e1", "e2"} <= names
