@@ -85,8 +85,16 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     started = time.perf_counter()
     if args.all:
-        results = all_methods(methods, Scale(args.scale), runner=args.runner, dask_address=args.dask_address,
-                              dask_workers=args.workers)
+        import contextlib
+        import os
+
+        # Local Dask workers must report to one Prefect API: a temporary server shared by all, unless one runs.
+        shared = (servers.shared_temporary_prefect()
+                  if args.runner == "dask" and not args.dask_address and not os.environ.get("PREFECT_API_URL")
+                  else contextlib.nullcontext())
+        with shared:
+            results = all_methods(methods, Scale(args.scale), runner=args.runner, dask_address=args.dask_address,
+                                  dask_workers=args.workers)
     else:
         try:
             results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -11,6 +12,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Iterator
 
 from tasks import env
 
@@ -140,6 +142,34 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:
         pass
+
+
+@contextlib.contextmanager
+def shared_temporary_prefect() -> Iterator[str]:
+    """One temporary Prefect server for this process *and* the worker processes it starts.
+
+    Without a server, Prefect starts a temporary one per process: each Dask worker then ran its own,
+    and a worker's sub-flow lost its API half-way ("Connection refused"). The URL goes into the
+    environment (inherited by the workers) and into this process's settings; the server stops on exit."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    server = SubprocessASGIServer()
+    server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
+    previous = os.environ.get("PREFECT_API_URL")
+    os.environ["PREFECT_API_URL"] = server.api_url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield server.api_url
+    finally:
+        from prefect.logging.handlers import APILogWorker
+
+        APILogWorker.drain_all(timeout=5)  # queued run logs reach the server before it stops
+        if previous is None:
+            os.environ.pop("PREFECT_API_URL", None)
+        else:
+            os.environ["PREFECT_API_URL"] = previous
+        server.stop()
 
 
 def use_running_servers(root: Path) -> dict[str, dict]:
