@@ -34,3 +34,15 @@ def test_unknown_method_lists_the_valid_ones():
     with pytest.raises(UnknownMethodError) as info:
         get("nosuch")
     assert str(info.value) == f"unknown method 'nosuch'; choose from: {', '.join(METHODS)}"
+
+
+def test_parallel_runs_start_the_longest_methods_first():
+    from flows.pipelines import MEASURED_DEFAULT_SECONDS, longest_first
+    from models.registry import names
+
+    assert set(MEASURED_DEFAULT_SECONDS) == set(names()), "every method needs a measured default time"
+    order = longest_first(names())
+    assert sorted(order) == sorted(names())
+    times = [MEASURED_DEFAULT_SECONDS[m] for m in order]
+    assert times == sorted(times, reverse=True)
+    assert longest_first(["sleeping_rl", "sdp", "new_method"]) == ["sdp", "sleeping_rl", "new_method"]
