@@ -9,7 +9,7 @@ Two experiments share one SAC implementation:
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -19,21 +19,23 @@ from models.base import MethodConfig, StrictModel
 # scales from the T_init data, never recomputed, no reset (the arm the claim (i)/(ii) is measured on);
 # (c) ars: scales + a reset that recomputes them (Algorithm 1; check (iv)); (d) reset_only: resets, no scaling.
 Arm = Literal["mtsac", "ars", "reset_only", "scale_only"]
+Width = Annotated[int, Field(ge=1, le=5000)]
+RewardScale = Annotated[float, Field(gt=0, le=1e6)]
 
 
 class SACConfig(StrictModel):
     """Multi-task SAC: one shared actor and twin critics, one-hot task id appended to the observation."""
 
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[Width, ...] = (64, 64)
     lr: float = Field(default=1e-3, gt=0.0, le=1.0)
     gamma: float = Field(default=0.95, ge=0.0, lt=1.0)
     tau: float = Field(default=5e-3, gt=0.0, le=1.0)
-    batch_per_task: int = Field(default=64, ge=1)
-    alpha_init: float = Field(default=0.1, gt=0.0)
+    batch_per_task: int = Field(default=64, ge=1, le=1000)
+    alpha_init: float = Field(default=0.1, gt=0.0, le=1e3)
     # The paper's code tunes one temperature per task; a shared one is the MT-SAC-paper alternative.
     shared_alpha: bool = False
     # Gradient updates on the kept buffers right after a reset, before interaction resumes (paper: 1,000).
-    catchup_updates: int = Field(default=200, ge=0)
+    catchup_updates: int = Field(default=200, ge=0, le=2000)
 
 
 class ToySACConfig(SACConfig):
@@ -48,11 +50,11 @@ class MetaWorldSACConfig(SACConfig):
     """Meta-World's SAC: MT-SAC's lr 3e-4, gamma 0.99, per-task alpha initialised at 1 (the paper's code);
     2x128 MLPs, batch 64 per task: 2x256 at batch 128 cost ~0.2 s per update on the shared 2-core machine."""
 
-    hidden: tuple[int, ...] = (128, 128)
+    hidden: tuple[Width, ...] = (128, 128)
     lr: float = Field(default=3e-4, gt=0.0, le=1.0)
     gamma: float = Field(default=0.99, ge=0.0, lt=1.0)
-    alpha_init: float = Field(default=1.0, gt=0.0)
-    catchup_updates: int = Field(default=50, ge=0)
+    alpha_init: float = Field(default=1.0, gt=0.0, le=1e3)
+    catchup_updates: int = Field(default=50, ge=0, le=10_000)
 
 
 class ScaleRule(StrictModel):
@@ -83,15 +85,15 @@ class ToyConfig(StrictModel):
     task, 10 deterministic evaluation episodes) except the MLP width (2x64, not 2x128: the CPU budget).
     """
 
-    kappa: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)
-    control_kappa: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # equal scales: ARS must not hurt
-    episode_len: int = Field(default=40, ge=2)
-    rounds: int = Field(default=6000, ge=10)  # one round = one step in every task + one SAC update
-    t_init: int = Field(default=1000, ge=1)  # random-policy rounds before the learner is built
-    reset_every: int = Field(default=3000, ge=1)  # resets at rounds that are multiples of this
-    eval_every: int = Field(default=500, ge=1)
-    eval_episodes: int = Field(default=10, ge=1)
-    success_radius: float = Field(default=0.1, gt=0.0)
+    kappa: tuple[RewardScale, ...] = (1.0, 0.1, 0.01, 0.001)
+    control_kappa: tuple[RewardScale, ...] = (1.0, 1.0, 1.0, 1.0)  # equal scales: ARS must not hurt
+    episode_len: int = Field(default=40, ge=2, le=500)
+    rounds: int = Field(default=6000, ge=10, le=200_000)  # one round = one step in every task + one SAC update
+    t_init: int = Field(default=1000, ge=1, le=10_000)  # random-policy rounds before the learner is built
+    reset_every: int = Field(default=3000, ge=1, le=50_000)  # resets at rounds that are multiples of this
+    eval_every: int = Field(default=500, ge=1, le=5000)
+    eval_episodes: int = Field(default=10, ge=1, le=100)
+    success_radius: float = Field(default=0.1, gt=0.0, le=10.0)
     arms: tuple[Arm, ...] = ("mtsac", "scale_only", "ars", "reset_only")
     control_arms: tuple[Arm, ...] = ("mtsac", "scale_only")  # the brief's control: arms (a) and (b)
     n_seeds: int = Field(default=1, ge=1, le=16)
@@ -118,10 +120,10 @@ class DataConfig(StrictModel):
     """The short real Meta-World run whose logs form ``data/metaworld_logs/`` (per-task step counts)."""
 
     tasks: tuple[str, ...] = ("reach-v3", "push-v3", "pick-place-v3")
-    max_episode_steps: int = Field(default=500, ge=10)
-    t_init: int = Field(default=1000, ge=1)  # random steps per task (identical for all arms)
-    sac_steps: int = Field(default=1500, ge=1)  # policy steps per task after T_init
-    reset_every: int = Field(default=2000, ge=1)  # per-task env step of the resets
+    max_episode_steps: int = Field(default=500, ge=10, le=5000)
+    t_init: int = Field(default=1000, ge=1, le=500_000)  # random steps per task (identical for all arms)
+    sac_steps: int = Field(default=1500, ge=1, le=20_000_000)  # policy steps per task after T_init
+    reset_every: int = Field(default=2000, ge=1, le=5_000_000)  # per-task env step of the resets
     # reset-only is compared on the toy; on Meta-World the budget allows ARS against MT-SAC only.
     arms: tuple[Arm, ...] = ("ars", "mtsac")
     sac: MetaWorldSACConfig = MetaWorldSACConfig()

@@ -5,7 +5,7 @@ No torch here: the registry imports this module to list methods and validate ove
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -13,6 +13,9 @@ from models.base import MethodConfig, RelPath, StrictModel
 
 EcgNoise = Literal["white", "powerline", "baseline", "motion"]
 DigitsNoise = Literal["gaussian", "salt_pepper"]
+BeatsPerMinute = Annotated[float, Field(gt=0, le=300)]
+NoiseLevel = Annotated[float, Field(gt=0, le=100)]  # in units of the signal std
+Fraction = Annotated[float, Field(gt=0, le=1)]
 
 
 class DataConfig(StrictModel):
@@ -20,17 +23,17 @@ class DataConfig(StrictModel):
 
     # Synthetic ECG (neurokit2 ecgsyn): one heart-rate band per class, split by record.
     sampling_rate: int = Field(125, ge=50, le=1000)
-    heart_rate_bands: tuple[tuple[float, float], ...] = ((55.0, 70.0), (85.0, 100.0), (115.0, 130.0))
-    records_per_class: int = Field(30, ge=2)
-    record_seconds: float = Field(12.0, gt=0)
-    window_seconds: float = Field(4.0, gt=0)
-    hop_seconds: float = Field(0.5, gt=0)
+    heart_rate_bands: tuple[tuple[BeatsPerMinute, BeatsPerMinute], ...] = ((55.0, 70.0), (85.0, 100.0), (115.0, 130.0))
+    records_per_class: int = Field(30, ge=2, le=5000)
+    record_seconds: float = Field(12.0, gt=0, le=3600)
+    window_seconds: float = Field(4.0, gt=0, le=600)
+    hop_seconds: float = Field(0.5, gt=0, le=600)
     test_records_fraction: float = Field(1 / 3, gt=0, lt=1)
     amplitude_jitter: float = Field(0.3, ge=0, lt=1)  # record gain drawn from U(1 - j, 1 + j)
     # Test-time environmental noise (neurokit2.signal_distort), amplitude in units of the signal std.
     ecg_noise_types: tuple[EcgNoise, ...] = ("white", "powerline", "baseline", "motion")
-    ecg_noise_levels: tuple[float, ...] = (0.25, 0.5, 1.0)  # SNR 12, 6 and 0 dB
-    noise_chunk_windows: int = Field(20, ge=1)  # windows concatenated per signal_distort call
+    ecg_noise_levels: tuple[NoiseLevel, ...] = (0.25, 0.5, 1.0)  # SNR 12, 6 and 0 dB
+    noise_chunk_windows: int = Field(20, ge=1, le=200)  # windows concatenated per signal_distort call
     # A user-supplied ECG window set in the project's npz layout (X (n, length), y (n,)), relative to
     # the project's data/ folder; "" = simulate.
     ecg_npz: RelPath = ""
@@ -40,8 +43,8 @@ class DataConfig(StrictModel):
     digits_max_samples: int = Field(1797, ge=30, le=1797)
     digits_test_fraction: float = Field(0.3, gt=0, lt=1)
     digits_noise_types: tuple[DigitsNoise, ...] = ("gaussian", "salt_pepper")
-    digits_gaussian_sigmas: tuple[float, ...] = (0.05, 0.1, 0.2)
-    digits_salt_pepper_fractions: tuple[float, ...] = (0.05, 0.1, 0.2)
+    digits_gaussian_sigmas: tuple[NoiseLevel, ...] = (0.05, 0.1, 0.2)
+    digits_salt_pepper_fractions: tuple[Fraction, ...] = (0.05, 0.1, 0.2)
 
     @model_validator(mode="after")
     def _check(self) -> "DataConfig":
@@ -64,11 +67,11 @@ class DataConfig(StrictModel):
 class NetConfig(StrictModel):
     """A binary residual CNN: full-precision stem and head, ``blocks`` binary conv layers."""
 
-    channels: int = Field(32, ge=2)
-    blocks: int = Field(4, ge=1)
-    kernel: int = Field(5, ge=1)
-    stem_kernel: int = Field(9, ge=1)
-    stem_stride: int = Field(4, ge=1)
+    channels: int = Field(32, ge=2, le=1000)
+    blocks: int = Field(4, ge=1, le=100)
+    kernel: int = Field(5, ge=1, le=50)
+    stem_kernel: int = Field(9, ge=1, le=100)
+    stem_stride: int = Field(4, ge=1, le=50)
 
 
 class Config(MethodConfig):
@@ -109,14 +112,14 @@ class Config(MethodConfig):
     ecg_net: NetConfig = NetConfig()
     digits_net: NetConfig = NetConfig(channels=16, blocks=2, kernel=3, stem_kernel=3, stem_stride=1)
 
-    epochs: int = Field(12, ge=1)  # brief: 15; the training loss is flat (~0.005) by epoch 8, so 12 saves time
-    digits_epochs: int = Field(10, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(3e-3, gt=0)
-    n_seeds: int = Field(3, ge=1)  # seeds seed, seed+1, ...; every variant sees the same seeds
+    epochs: int = Field(12, ge=1, le=1000)  # brief: 15; the training loss is flat (~0.005) by epoch 8, so 12 saves time
+    digits_epochs: int = Field(10, ge=1, le=1000)
+    batch_size: int = Field(64, ge=1, le=10_000)
+    lr: float = Field(3e-3, gt=0, le=10)
+    n_seeds: int = Field(3, ge=1, le=50)  # seeds seed, seed+1, ...; every variant sees the same seeds
 
     # The method: lambda * sum_l smoothmax_i ||(alpha_l * B_l)_i||_1 (the L_{1,inf} norm of each binary layer).
-    lambda_linf: float = Field(1e-3, ge=0)
-    smooth_max_tau: float = Field(0.5, gt=0)
+    lambda_linf: float = Field(1e-3, ge=0, le=1e3)
+    smooth_max_tau: float = Field(0.5, gt=0, le=1e3)
     # The SOTA-style comparator: lambda * sum_l ||alpha_l * B_l||_2 (spectral norm, an l2 Lipschitz proxy).
-    lambda_spectral: float = Field(1e-3, ge=0)
+    lambda_spectral: float = Field(1e-3, ge=0, le=1e3)

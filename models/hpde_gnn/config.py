@@ -5,11 +5,11 @@ No torch here: the registry imports this module to list methods and validate ove
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 FilterFamily = Literal["gpr", "chebii", "bern"]
 TargetFilter = Literal["low", "high", "band", "reject", "comb"]
@@ -19,12 +19,12 @@ class DataConfig(StrictModel):
     """What ``prepare`` writes: CSBM graphs over homophily levels and the grid filter-regression task."""
 
     # Contextual stochastic block model: x_i ~ N(signal * e_{y_i}, I), edge homophily ~ h, mean degree ~ d.
-    nodes: int = Field(1000, ge=30)
+    nodes: int = Field(1000, ge=30, le=50_000)
     classes: int = Field(3, ge=2, le=20)
-    features: int = Field(64, ge=2)
-    avg_degree: float = Field(10.0, gt=0)
-    signal: float = Field(1.25, gt=0)  # mu: the class-mean offset, sized so an MLP lands near 60-70 %
-    homophily: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
+    features: int = Field(64, ge=2, le=1000)
+    avg_degree: float = Field(10.0, gt=0, le=1000)
+    signal: float = Field(1.25, gt=0, le=100)  # mu: the class-mean offset, sized so an MLP lands near 60-70 %
+    homophily: tuple[Annotated[float, Field(ge=0, le=1)], ...] = (0.1, 0.3, 0.5, 0.7, 0.9)
     splits: int = Field(3, ge=1, le=20)  # random 60/20/20 splits (the brief's 3); split s also seeds the networks
     train_fraction: float = Field(0.6, gt=0, lt=1)
     val_fraction: float = Field(0.2, gt=0, lt=1)
@@ -32,9 +32,10 @@ class DataConfig(StrictModel):
     grid_side: int = Field(32, ge=8, le=128)
     images: int = Field(20, ge=2, le=1797)  # half fit the filters, half score them
     targets: tuple[TargetFilter, ...] = ("low", "high", "band", "reject", "comb")
-    # A user-supplied Planetoid dataset (raw/ind.<name>.* files); when set it replaces the CSBM levels.
-    planetoid_dir: str = ""
-    planetoid_name: str = ""
+    # A user-supplied Planetoid dataset (raw/ind.<name>.* files) in a folder relative to the project's
+    # data/ folder; when set it replaces the CSBM levels. The name is part of file names: no separators.
+    planetoid_dir: RelPath = ""
+    planetoid_name: str = Field("", pattern=r"^([A-Za-z0-9_-]+)?$")
 
     @model_validator(mode="after")
     def _check(self) -> "DataConfig":
@@ -93,20 +94,20 @@ class Config(MethodConfig):
     dprate: float = Field(0.5, ge=0, lt=1)
 
     # Hyperbolic-PDE variant: leapfrog over n = ceil(T / dt) steps, each with its own order-pde_order filter.
-    pde_time: float = Field(4.0, gt=0)
-    pde_dt: float = Field(1.0, gt=0)
+    pde_time: float = Field(4.0, gt=0, le=100)
+    pde_dt: float = Field(1.0, gt=0, le=100)
     pde_order: int = Field(2, ge=1, le=10)
 
-    hidden: int = Field(64, ge=1)
+    hidden: int = Field(64, ge=1, le=1000)
     dropout: float = Field(0.5, ge=0, lt=1)
-    lr: float = Field(0.01, gt=0)
-    weight_decay: float = Field(5e-4, ge=0)
-    epochs: int = Field(200, ge=1)  # full-batch steps; the best-validation epoch is kept
+    lr: float = Field(0.01, gt=0, le=10)
+    weight_decay: float = Field(5e-4, ge=0, le=1)
+    epochs: int = Field(200, ge=1, le=10_000)  # full-batch steps; the best-validation epoch is kept
 
-    regression_epochs: int = Field(300, ge=1)
-    regression_lr: float = Field(0.01, gt=0)  # BernNet's; it trains 2000 epochs (paper scale)
+    regression_epochs: int = Field(300, ge=1, le=20_000)
+    regression_lr: float = Field(0.01, gt=0, le=10)  # BernNet's; it trains 2000 epochs (paper scale)
 
-    blowup_norm: float = Field(1e6, gt=0)  # the brief's bound on any step's node-feature norm
+    blowup_norm: float = Field(1e6, gt=0, le=1e30)  # the brief's bound on any step's node-feature norm
 
     @model_validator(mode="after")
     def _check(self) -> "Config":

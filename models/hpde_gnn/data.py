@@ -7,6 +7,8 @@ Every graph is written as one ``.npz`` (``x`` (n, f), ``edge_index`` (2, E) undi
 
 from __future__ import annotations
 
+import builtins
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -82,27 +84,120 @@ def level_name(homophily: float) -> str:
 # ----------------------------------------------------------------------------- Planetoid (official format)
 
 
+class PlanetoidFormatError(ValueError):
+    """A Planetoid raw file is missing, malformed, or references a class the restricted unpickler refuses."""
+
+
+PLANETOID_PARTS = ("allx", "tx", "ally", "ty", "graph")
+_BUILTINS = ("list", "dict", "tuple", "set", "frozenset", "int", "float", "complex", "bool", "str", "bytes", "object")
+
+
+def _planetoid_classes() -> dict[tuple[str, str], object]:
+    """Every (module, name) a Planetoid ``ind.*`` pickle needs, Python 2 and 3 spellings alike: numpy
+    arrays and dtypes, scipy csr/csc matrices, the graph's dict of lists. Nothing that runs code."""
+    import codecs
+    import collections
+    import copyreg
+
+    import scipy.sparse
+
+    reconstruct, scalar = np.ndarray.__reduce__(np.zeros(1))[0], np.float64(0).__reduce__()[0]
+    allowed: dict[tuple[str, str], object] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
+    for numpy_core in ("numpy.core.multiarray", "numpy._core.multiarray"):
+        allowed[numpy_core, "_reconstruct"], allowed[numpy_core, "scalar"] = reconstruct, scalar
+    for kind in ("csr", "csc"):
+        for module in (f"scipy.sparse.{kind}", f"scipy.sparse._{kind}", "scipy.sparse"):
+            allowed[module, f"{kind}_matrix"] = getattr(scipy.sparse, f"{kind}_matrix")
+    allowed["collections", "defaultdict"] = collections.defaultdict
+    allowed["collections", "OrderedDict"] = collections.OrderedDict
+    allowed["copyreg", "_reconstructor"] = allowed["copy_reg", "_reconstructor"] = copyreg._reconstructor
+    allowed["_codecs", "encode"] = codecs.encode  # how protocols 0-2 spell bytes (an array's buffer)
+    for name in _BUILTINS:
+        allowed["builtins", name] = allowed["__builtin__", name] = getattr(builtins, name)
+    return allowed
+
+
+class _PlanetoidUnpickler(pickle.Unpickler):
+    """``pickle.Unpickler`` whose ``find_class`` admits only ``_planetoid_classes``: a file naming any other
+    class (os.system, a torch object, ...) is refused before that object is built, so nothing of it runs."""
+
+    def __init__(self, file, path: Path):
+        super().__init__(file, encoding="latin1")  # the official files were written by Python 2
+        self.path, self.allowed = path, _planetoid_classes()
+
+    def find_class(self, module: str, name: str):
+        try:
+            return self.allowed[module, name]
+        except KeyError:
+            raise PlanetoidFormatError(
+                f"{self.path}: refusing to unpickle {module}.{name}; a Planetoid file may hold only numpy arrays, "
+                "scipy csr/csc matrices and dicts/lists of ints"
+            ) from None
+
+
+def read_planetoid_pickle(path: Path):
+    """One ``ind.<name>.<part>`` file through the restricted unpickler."""
+    try:
+        with open(path, "rb") as fh:
+            return _PlanetoidUnpickler(fh, path).load()
+    except FileNotFoundError:
+        expected = ",".join((*PLANETOID_PARTS, "test.index"))
+        raise PlanetoidFormatError(f"{path}: missing (a Planetoid folder holds ind.<name>.{{{expected}}})") from None
+    except PlanetoidFormatError:
+        raise
+    except Exception as exc:  # truncated or not a pickle at all
+        raise PlanetoidFormatError(f"{path}: not a readable Planetoid pickle ({type(exc).__name__}: {exc})") from None
+
+
+def _dense(path: Path, value) -> np.ndarray:
+    """A feature or label matrix as float32 (n, k): the files hold scipy sparse matrices or arrays."""
+    import scipy.sparse
+
+    array = value.toarray() if scipy.sparse.issparse(value) else value
+    if not isinstance(array, np.ndarray) or array.ndim != 2 or array.dtype.kind not in "biuf":
+        raise PlanetoidFormatError(f"{path}: expected a 2-D numeric matrix, got {type(value).__name__}")
+    return array.astype(np.float32)
+
+
 def load_planetoid(folder: str | Path, name: str):
     """Read Planetoid raw files (``ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}``) offline.
 
+    The pickles go through an allow-list unpickler (never the full one: a pickle can run any code), and
+    the graph is built here rather than by torch_geometric's reader (which unpickles with ``pickle.load``).
     Row i of ``tx``/``ty`` belongs to node ``test.index[i]``; nodes listed nowhere (Citeseer's isolated
     ones) get zero features and label 0, as in PyG's loader. Edges are made undirected, loops removed.
     """
-    import torch
-    from torch_geometric.io.planetoid import edge_index_from_dict, read_file
-    from torch_geometric.utils import to_undirected
-
     folder = Path(folder)
-    raw = str(folder / "raw" if (folder / "raw").is_dir() else folder)
-    parts = ("allx", "tx", "ally", "ty", "graph", "test.index")
-    allx, tx, ally, ty, graph, test_index = (read_file(raw, name, part) for part in parts)
-    nodes = max(len(graph), allx.shape[0], int(test_index.max()) + 1)
-    x = torch.zeros(nodes, allx.shape[1])
-    labels = torch.zeros(nodes, ally.shape[1])
-    x[: allx.shape[0]], labels[: ally.shape[0]] = allx, ally
+    raw = folder / "raw" if (folder / "raw").is_dir() else folder
+    file = lambda part: raw / f"ind.{name.lower()}.{part}"  # noqa: E731 (PyG lower-cases the name)
+    allx, tx, ally, ty, graph = (read_planetoid_pickle(file(part)) for part in PLANETOID_PARTS)
+    allx, tx, ally, ty = (_dense(file(part), v) for part, v in zip(PLANETOID_PARTS, (allx, tx, ally, ty)))
+    try:
+        test_index = np.loadtxt(file("test.index"), dtype=np.int64, ndmin=1)
+    except (OSError, ValueError) as exc:
+        raise PlanetoidFormatError(f"{file('test.index')}: expected one node id per line ({exc})") from None
+    if test_index.size and test_index.min() < 0:
+        raise PlanetoidFormatError(f"{file('test.index')}: node ids must be >= 0")
+    if not isinstance(graph, dict) or not all(
+        isinstance(i, int) and isinstance(js, (list, tuple)) and all(isinstance(j, int) for j in js)
+        for i, js in graph.items()
+    ):
+        raise PlanetoidFormatError(f"{file('graph')}: expected a dict of node id -> list of neighbour ids")
+    if len(tx) != len(test_index) or len(ty) != len(test_index) or len(allx) != len(ally):
+        raise PlanetoidFormatError(f"{raw}: ind.{name}.tx/ty need one row per test.index line, allx/ally one per node")
+    if tx.shape[1] != allx.shape[1] or ty.shape[1] != ally.shape[1]:
+        raise PlanetoidFormatError(f"{raw}: ind.{name}.tx/ty need as many columns as allx/ally")
+    nodes = max(len(graph), allx.shape[0], int(test_index.max(initial=-1)) + 1)
+    x = np.zeros((nodes, allx.shape[1]), dtype=np.float32)
+    labels = np.zeros((nodes, ally.shape[1]), dtype=np.float32)
+    x[: len(allx)], labels[: len(ally)] = allx, ally
     x[test_index], labels[test_index] = tx, ty
-    edge_index = to_undirected(edge_index_from_dict(graph, num_nodes=nodes), num_nodes=nodes)
-    return x.numpy().astype(np.float32), edge_index.numpy().astype(np.int64), labels.argmax(1).numpy().astype(np.int64)
+    pairs = np.array([(i, j) for i, neighbours in graph.items() for j in neighbours], dtype=np.int64).reshape(-1, 2)
+    if pairs.size and (pairs.min() < 0 or pairs.max() >= nodes):
+        raise PlanetoidFormatError(f"{file('graph')}: neighbour ids must lie in [0, {nodes})")
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]  # no self-loops
+    pairs = np.unique(np.concatenate([pairs, pairs[:, ::-1]]), axis=0)  # undirected, sorted, no duplicates
+    return x, pairs.T.copy(), labels.argmax(1).astype(np.int64)
 
 
 # ----------------------------------------------------------------------------- filter regression

@@ -68,7 +68,8 @@ from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
 
 from models.base import (
-    ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, verdict_of, write_manifest,
+    ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, verdict_of,
+    write_manifest,
 )
 from models.common import plotting
 from models.common import verdicts as V
@@ -102,7 +103,7 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     d = cfg.data
     graphs = []
     if d.planetoid_dir:
-        x, edge_index, y = load_planetoid(d.planetoid_dir, d.planetoid_name)
+        x, edge_index, y = load_planetoid(user_data_path(d.planetoid_dir), d.planetoid_name)
         graphs.append((d.planetoid_name.lower().replace(".", "_"), None, x, edge_index, y))
     else:
         for i, h in enumerate(d.homophily):
@@ -121,7 +122,7 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     save_npz(data_dir / REGRESSION_FILE, **filter_regression(d.grid_side, d.images, d.targets, cfg.seed))
     regression = f"filter regression on {d.images} sklearn digits upsampled to a {d.grid_side}x{d.grid_side} grid"
     if d.planetoid_dir:
-        origin = dataset_meta("real", f"Planetoid raw files {d.planetoid_name} from {d.planetoid_dir}; {regression}")
+        origin = dataset_meta("real", f"Planetoid raw files {d.planetoid_name} from data/{d.planetoid_dir}; {regression}")
     else:
         origin = dataset_meta("synthetic", (
             f"CSBM (torch_geometric stochastic_blockmodel_graph), seed {cfg.seed}: {d.nodes} nodes, {d.classes} classes, "

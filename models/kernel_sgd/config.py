@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, StrictModel
+
+Log10 = Annotated[float, Field(ge=-30.0, le=30.0)]  # a grid end as log10 of a step size or ridge
+Log2N = Annotated[int, Field(ge=1, le=30)]  # log2 of a sample size
 
 
 class DataConfig(StrictModel):
@@ -21,12 +24,12 @@ class DataConfig(StrictModel):
     log2_n_min: int = Field(default=9, ge=4, le=24)  # learning curve at n = 2^min ... 2^max
     log2_n_max: int = Field(default=15, ge=5, le=24)
     top_seeds: int = Field(default=6, ge=1, le=64)  # claim target f* = sqrt(2) cos(theta)
-    top_noise: float = Field(default=1.0, ge=0.0)
+    top_noise: float = Field(default=1.0, ge=0.0, le=1e3)
     # Power-law targets c_k = k^-(s beta + 1)/2 (f* in [H]^s, borderline); s = 1 carries the sanity check.
-    sources: tuple[float, ...] = (1.0, 4.0)
+    sources: tuple[Annotated[float, Field(gt=0.0, le=100.0)], ...] = (1.0, 4.0)
     source_seeds: int = Field(default=4, ge=1, le=64)
-    source_noise: float = Field(default=0.5, ge=0.0)
-    test_points: int = Field(default=10_000, ge=100)  # fresh points for the Monte-Carlo risk check
+    source_noise: float = Field(default=0.5, ge=0.0, le=1e3)
+    test_points: int = Field(default=10_000, ge=100, le=100_000)  # fresh points for the Monte-Carlo risk check
 
     @model_validator(mode="after")
     def _check(self) -> "DataConfig":
@@ -71,11 +74,11 @@ class Config(MethodConfig):
 
     data: DataConfig = DataConfig()
     # eta0 grid: logspace over log10(eta0 * ||phi||^2); the upper end must stay below 0 (eta0 ||phi||^2 < 1).
-    eta_log10_range: tuple[float, float] = (-3.5, -0.3)
+    eta_log10_range: tuple[Log10, Log10] = (-3.5, -0.3)
     eta_grid_size: int = Field(default=9, ge=1, le=64)
-    ridge_log10_range: tuple[float, float] = (-8.0, -1.0)
+    ridge_log10_range: tuple[Log10, Log10] = (-8.0, -1.0)
     ridge_grid_size: int = Field(default=15, ge=1, le=64)
-    fit_log2_range: tuple[int, int] = (11, 15)  # slopes are fitted on n in [2^lo, 2^hi]
+    fit_log2_range: tuple[Log2N, Log2N] = (11, 15)  # slopes are fitted on n in [2^lo, 2^hi]
     chunk: int = Field(default=256, ge=1, le=8192)  # samples whose features are built at once
     device: Literal["cpu", "cuda", "auto"] = "cpu"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -12,19 +12,19 @@ from models.base import MethodConfig, RelPath, StrictModel
 class EncoderConfig(StrictModel):
     """The tiny CLIP-layout encoder pretrained in ``prepare`` (stand-in for the frozen CLIP)."""
 
-    width: int = Field(64, ge=8)  # transformer width (vision and text)
-    head_width: int = Field(16, ge=1)  # channels per attention head (OpenAI CLIP: 64)
-    layers: int = Field(1, ge=1)
-    embed_dim: int = Field(32, ge=4)  # joint image-text space
-    patch: int = Field(4, ge=1)  # 32 px / 4 = an 8 x 8 grid of patch tokens
-    stem_channels: int = Field(32, ge=0)  # 3x3 conv before the patch embedding (0 = plain CLIP)
+    width: int = Field(64, ge=8, le=1000)  # transformer width (vision and text)
+    head_width: int = Field(16, ge=1, le=200)  # channels per attention head (OpenAI CLIP: 64)
+    layers: int = Field(1, ge=1, le=20)
+    embed_dim: int = Field(32, ge=4, le=500)  # joint image-text space
+    patch: int = Field(4, ge=1, le=50)  # 32 px / 4 = an 8 x 8 grid of patch tokens
+    stem_channels: int = Field(32, ge=0, le=500)  # 3x3 conv before the patch embedding (0 = plain CLIP)
 
 
 class PretrainConfig(StrictModel):
-    steps: int = Field(300, ge=1)
-    batch_size: int = Field(32, ge=2)
-    lr: float = Field(1e-3, gt=0)
-    tau: float = Field(0.07, gt=0)  # fixed temperature of the grounded contrastive loss
+    steps: int = Field(300, ge=1, le=50_000)
+    batch_size: int = Field(32, ge=2, le=1000)
+    lr: float = Field(1e-3, gt=0, le=10)
+    tau: float = Field(0.07, gt=0, le=100)  # fixed temperature of the grounded contrastive loss
 
 
 class DataConfig(StrictModel):
@@ -32,14 +32,14 @@ class DataConfig(StrictModel):
 
     # 'colour': yellow is never a behaviour-cloning target; 'pairs': 4 colour-shape pairs never are.
     split: Literal["colour", "pairs"] = "colour"
-    image_size: int = Field(32, ge=16)
-    n_pretrain: int = Field(4000, ge=8)  # captioned scenes for the contrastive pretraining
-    n_demos: int = Field(300, ge=2)
-    demo_steps: int = Field(12, ge=1)
-    n_eval: int = Field(200, ge=1)  # closed-loop episodes per split (seen / held-out)
-    max_steps: int = Field(15, ge=1)  # episode length
+    image_size: int = Field(32, ge=16, le=500)
+    n_pretrain: int = Field(4000, ge=8, le=200_000)  # captioned scenes for the contrastive pretraining
+    n_demos: int = Field(300, ge=2, le=20_000)
+    demo_steps: int = Field(12, ge=1, le=200)
+    n_eval: int = Field(200, ge=1, le=2000)  # closed-loop episodes per split (seen / held-out)
+    max_steps: int = Field(15, ge=1, le=200)  # episode length
     step_size: float = Field(0.1, gt=0, le=0.5)  # agent displacement per unit action
-    success_radius: float = Field(0.1, gt=0)
+    success_radius: float = Field(0.1, gt=0, le=10)
     encoder: EncoderConfig = EncoderConfig()
     pretrain: PretrainConfig = PretrainConfig()
 
@@ -47,29 +47,29 @@ class DataConfig(StrictModel):
 class PolicyConfig(StrictModel):
     """OTTER head: text-aware selection, then a policy transformer over the selected tokens + proprio."""
 
-    tau: float = Field(0.07, gt=0)  # initial selection temperature (PyTorch code: 0.07; JAX: 0.01)
+    tau: float = Field(0.07, gt=0, le=100)  # initial selection temperature (PyTorch code: 0.07; JAX: 0.01)
     learn_tau: bool = True
-    tau_min: float = Field(0.01, gt=0)  # JAX clip: inverse temperature at most 100
-    d_model: int = Field(64, ge=4)
-    layers: int = Field(1, ge=0)  # 0 = MLP over the tokens only
-    hidden: int = Field(128, ge=4)  # action MLP
+    tau_min: float = Field(0.01, gt=0, le=100)  # JAX clip: inverse temperature at most 100
+    d_model: int = Field(64, ge=4, le=1000)
+    layers: int = Field(1, ge=0, le=20)  # 0 = MLP over the tokens only
+    hidden: int = Field(128, ge=4, le=2000)  # action MLP
 
 
 class BaselineConfig(StrictModel):
     """All-tokens head: every patch token (+PE), the words and proprio through a transformer, CLS readout."""
 
-    d_model: int = Field(32, ge=4)
-    layers: int = Field(1, ge=1)
-    hidden: int = Field(128, ge=4)
+    d_model: int = Field(32, ge=4, le=500)
+    layers: int = Field(1, ge=1, le=20)
+    hidden: int = Field(128, ge=4, le=2000)
 
 
 class BCConfig(StrictModel):
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0)  # heads
-    encoder_lr: float = Field(3e-4, gt=0)  # encoder, fine-tuned arm only
-    weight_decay: float = Field(0.01, ge=0)
-    grad_clip: float = Field(1.0, gt=0)
+    steps: int = Field(600, ge=1, le=50_000)
+    batch_size: int = Field(64, ge=1, le=2000)
+    lr: float = Field(1e-3, gt=0, le=10)  # heads
+    encoder_lr: float = Field(3e-4, gt=0, le=10)  # encoder, fine-tuned arm only
+    weight_decay: float = Field(0.01, ge=0, le=1)
+    grad_clip: float = Field(1.0, gt=0, le=1e3)
 
 
 class Config(MethodConfig):
@@ -101,12 +101,12 @@ class Config(MethodConfig):
     policy: PolicyConfig = PolicyConfig()
     baseline: BaselineConfig = BaselineConfig()
     bc: BCConfig = BCConfig()
-    n_seeds: int = Field(3, ge=1)  # behaviour-cloning seeds seed, seed+1, ... (all arms share them); brief: 3
+    n_seeds: int = Field(3, ge=1, le=50)  # behaviour-cloning seeds seed, seed+1, ... (all arms share them); brief: 3
     # Real CLIP weights (an OpenAI-layout state dict, .pt) under data/; "" = the encoder pretrained in prepare.
     clip_weights: RelPath = ""
-    clip_head_width: int = Field(64, ge=1)  # OpenAI CLIP: heads = width / 64
+    clip_head_width: int = Field(64, ge=1, le=1000)  # OpenAI CLIP: heads = width / 64
     # CLIP token ids of the 8 words (red green blue yellow square circle triangle cross) for real weights.
-    clip_word_ids: tuple[int, ...] = ()
+    clip_word_ids: tuple[Annotated[int, Field(ge=0, le=1_000_000)], ...] = ()  # CLIP vocab: 49408
 
     @model_validator(mode="after")
     def _check(self) -> "Config":

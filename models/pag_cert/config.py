@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
+
+Width = Annotated[int, Field(ge=1, le=5000)]
+Side = Annotated[int, Field(ge=1, le=256)]  # pixels per side of an upsampled image
 
 
 class DataConfig(StrictModel):
@@ -30,11 +33,11 @@ class DataConfig(StrictModel):
 class TrainConfig(StrictModel):
     """SGD recipe of the official network_training.py (momentum, weight decay, cosine schedule)."""
 
-    epochs: int = Field(30, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(0.1, gt=0)
+    epochs: int = Field(30, ge=1, le=2000)
+    batch_size: int = Field(64, ge=1, le=5000)
+    lr: float = Field(0.1, gt=0, le=10)
     momentum: float = Field(0.9, ge=0, lt=1)
-    weight_decay: float = Field(5e-4, ge=0)
+    weight_decay: float = Field(5e-4, ge=0, le=1)
 
 
 class GuaranteeConfig(StrictModel):
@@ -43,33 +46,33 @@ class GuaranteeConfig(StrictModel):
     epsilon: float = Field(0.05, gt=0, lt=1)  # bound on the conditional counterexample rate
     p_min: float = Field(0.1, gt=0, le=1)  # certified minimum mass Pr(conf >= kappa_max)
     delta: float = Field(0.01, gt=0, lt=1)  # total failure probability; eps-net and Chernoff get delta/2 each
-    vc_dim: int = Field(2, ge=1)  # VC dimension of the quality-space counterexample regions
-    control_divisor: int = Field(50, ge=2)  # the under-sampled control draws s // control_divisor points
+    vc_dim: int = Field(2, ge=1, le=20)  # VC dimension of the quality-space counterexample regions
+    control_divisor: int = Field(50, ge=2, le=500)  # the under-sampled control draws s // control_divisor points
 
 
 class SamplingConfig(StrictModel):
     """Approximate i.i.d. draws from D: resample a split with replacement, add Gaussian noise, clip to [0,1]."""
 
-    noise_std: float = Field(1 / 32, ge=0)  # SAMPLING_GN_STD of the official code
-    repetitions: int = Field(20, ge=1)  # independent certification samples (sampling seeds)
-    test_resamples: int = Field(400_000, ge=100)  # held-out resample of the test split (the paper's check)
-    pool_resamples: int = Field(100_000, ge=100)  # fresh held-out resample of the pool split: D itself
-    chunk: int = Field(32_768, ge=64)  # points per oracle batch
+    noise_std: float = Field(1 / 32, ge=0, le=10)  # SAMPLING_GN_STD of the official code
+    repetitions: int = Field(20, ge=1, le=500)  # independent certification samples (sampling seeds)
+    test_resamples: int = Field(400_000, ge=100, le=50_000_000)  # held-out resample of the test split (the paper's check)
+    pool_resamples: int = Field(100_000, ge=100, le=50_000_000)  # fresh held-out resample of the pool split: D itself
+    chunk: int = Field(32_768, ge=64, le=500_000)  # points per oracle batch
 
 
 class MLPConfig(StrictModel):
     """The MLP certified with a PGD (optimistic) and an interval-bound (conservative) oracle."""
 
-    hidden: tuple[int, ...] = (32,)
+    hidden: tuple[Width, ...] = (32,)
     train: TrainConfig = TrainConfig()
-    repetitions: int = Field(10, ge=1)
-    test_resamples: int = Field(100_000, ge=100)
-    pool_resamples: int = Field(50_000, ge=100)
-    pgd_eps: float = Field(0.5, gt=0)  # l_inf ball of the attack; rob = +inf when it never flips
-    pgd_alpha: float = Field(0.005, gt=0)
-    pgd_steps: int = Field(100, ge=1)
-    ibp_max_radius: float = Field(0.25, gt=0)
-    ibp_steps: int = Field(6, ge=1)  # bisection halvings
+    repetitions: int = Field(10, ge=1, le=500)
+    test_resamples: int = Field(100_000, ge=100, le=50_000_000)
+    pool_resamples: int = Field(50_000, ge=100, le=50_000_000)
+    pgd_eps: float = Field(0.5, gt=0, le=100)  # l_inf ball of the attack; rob = +inf when it never flips
+    pgd_alpha: float = Field(0.005, gt=0, le=100)
+    pgd_steps: int = Field(100, ge=1, le=10_000)
+    ibp_max_radius: float = Field(0.25, gt=0, le=100)
+    ibp_steps: int = Field(6, ge=1, le=100)  # bisection halvings
 
 
 class Config(MethodConfig):
@@ -112,6 +115,6 @@ class Config(MethodConfig):
     data: DataConfig = DataConfig()
     guarantee: GuaranteeConfig = GuaranteeConfig()
     sampling: SamplingConfig = SamplingConfig()
-    upsample_sides: tuple[int, ...] = (16, 32)  # dimension-independence study: same s at d = side**2
+    upsample_sides: tuple[Side, ...] = (16, 32)  # dimension-independence study: same s at d = side**2
     linear: TrainConfig = TrainConfig()
     mlp: MLPConfig = MLPConfig()

@@ -68,7 +68,7 @@ class ProposalConfig(StrictModel):
     steps: int = Field(default=300, ge=1, le=1_000_000)
     lr: float = Field(default=0.05, gt=0.0, le=10.0)
     batch: int = Field(default=16, ge=2, le=1_000_000)  # reparameterised samples per step
-    val_every: int = Field(default=30, ge=1)
+    val_every: int = Field(default=30, ge=1, le=10_000)
     val_batch: int = Field(default=256, ge=2, le=1_000_000)
     # "elbo": proxy (A), E_r[log q + log p(D*|z) - log r] (the claim's method). "chi2": proxy (B),
     # log mean(w^2) - 2 log mean(w) on the batch (reported next to it).

@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
 
 System = Literal["aldp", "ace_aaa_nme"]
+AdamBeta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class DataConfig(StrictModel):
     """What ``prepare`` writes under data/peptides/ (this section alone drives the DVC prepare stage)."""
 
     systems: tuple[System, ...] = ("aldp",)  # peptides simulated with OpenMM (Ace-A-Nme, Ace-AAA-Nme)
-    md_steps: int = Field(100_000, ge=10)  # production Langevin steps (1 fs each: 100 ps)
-    save_every: int = Field(50, ge=1)  # steps between stored frames (2,000 frames)
+    md_steps: int = Field(100_000, ge=10, le=10_000_000)  # production Langevin steps (1 fs each: 100 ps)
+    save_every: int = Field(50, ge=1, le=500)  # steps between stored frames (2,000 frames)
     timestep_fs: float = Field(1.0, gt=0, le=2.0)  # no constraints, as the paper's energy: keep 1 fs
-    friction_per_ps: float = Field(1.0, gt=0)
-    minimise_iterations: int = Field(500, ge=0)  # discarded
-    equilibration_steps: int = Field(5_000, ge=0)  # discarded
+    friction_per_ps: float = Field(1.0, gt=0, le=1000)
+    minimise_iterations: int = Field(500, ge=0, le=5000)  # discarded
+    equilibration_steps: int = Field(5_000, ge=0, le=50_000)  # discarded
     # "Reference" (double precision, bitwise reproducible, 4x faster than "CPU" for 22 atoms) or
     # "CPU" (run with one thread: with two it is not reproducible). Both run on the CPU.
     platform: Literal["Reference", "CPU"] = "Reference"
@@ -49,11 +50,11 @@ class FlowConfig(StrictModel):
     """TarFlow-lite (paper for Ace-A-Nme: 4 blocks x 4 layers, width 256, head dim 64, scalar tokens)."""
 
     channels: Literal[1, 3] = 3  # 1: one token per x/y/z coordinate (paper); 3: one token per atom
-    width: int = Field(32, ge=8)
-    blocks: int = Field(4, ge=1)
-    layers_per_block: int = Field(1, ge=1)
-    head_dim: int = Field(32, ge=4)
-    mlp_ratio: int = Field(2, ge=1)
+    width: int = Field(32, ge=8, le=5000)
+    blocks: int = Field(4, ge=1, le=50)
+    layers_per_block: int = Field(1, ge=1, le=50)
+    head_dim: int = Field(32, ge=4, le=1000)
+    mlp_ratio: int = Field(2, ge=1, le=50)
     # "random": uniform random 3-D rotations of the training data (paper). "aligned": frames
     # Kabsch-aligned to their mean structure, then rotated by exp(omega^), omega ~ N(0, s^2 I); the
     # proposal energy then carries that rotation density too (see the pipeline docstring).
@@ -61,20 +62,20 @@ class FlowConfig(StrictModel):
     rotation_sigma: float = Field(0.1, gt=0, le=1.0)  # s, radians (aligned only)
     # Whiten with the Cholesky factor of the augmented training covariance (the paper: one scalar std).
     whiten: bool = True
-    whitening_copies: int = Field(10, ge=1)  # augmented draws per frame for that covariance
+    whitening_copies: int = Field(10, ge=1, le=100)  # augmented draws per frame for that covariance
     com_density: Literal["chi3", "gaussian"] = "chi3"  # Prop. 1 as written, or the matched 3-D Gaussian
 
 
 class TrainConfig(StrictModel):
     """Maximum likelihood on MD frames (paper: AdamW 1e-4, betas (0.9, 0.95), wd 4e-4, OneCycle, batch 512, EMA 0.999)."""
 
-    epochs: int = Field(40, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(2e-3, gt=0)
-    weight_decay: float = Field(4e-4, ge=0)
-    betas: tuple[float, float] = (0.9, 0.95)
+    epochs: int = Field(40, ge=1, le=10_000)
+    batch_size: int = Field(64, ge=1, le=10_000)
+    lr: float = Field(2e-3, gt=0, le=10)
+    weight_decay: float = Field(4e-4, ge=0, le=1)
+    betas: tuple[AdamBeta, AdamBeta] = (0.9, 0.95)
     warmup_fraction: float = Field(0.05, gt=0, lt=1)
-    div_factor: float = Field(500.0, ge=1)
+    div_factor: float = Field(500.0, ge=1, le=1e6)
     ema_decay: float = Field(0.98, ge=0, lt=1)  # 0 = no EMA
     holdout_fraction: float = Field(0.2, gt=0, lt=1)  # MD frames kept out for reference metrics
 
@@ -82,18 +83,18 @@ class TrainConfig(StrictModel):
 class SamplerConfig(StrictModel):
     """SNIS (baseline) and continuous-time SMC (method) on the same proposals (paper: 10k, 100 steps)."""
 
-    n_proposals: int = Field(512, ge=8)
-    annealing_steps: int = Field(50, ge=1)
+    n_proposals: int = Field(512, ge=8, le=100_000)
+    annealing_steps: int = Field(50, ge=1, le=1000)
     # h = eps * dt in standardised units (the official init_eps); eps is the Langevin time of the
     # whole anneal. Chosen from the stiffness of the energy, not from the comparison: h * lambda_max
     # ~ 0.1 for C-H bonds (lambda_max ~ 6e3 in these units), i.e. eps ~ 1e-3 at 50 steps.
-    eps: float = Field(1e-3, gt=0)
+    eps: float = Field(1e-3, gt=0, le=10)
     ess_threshold: float = Field(0.5, gt=0, le=1)
     metropolis: bool = False  # paper default: unadjusted Langevin
     logw_quantile_filter: float = Field(0.002, ge=0, lt=0.5)  # drop the top 0.2 % log-weights (both samplers)
     n_seeds: int = Field(3, ge=1, le=16)  # sampling seeds (one trained flow); the claim uses medians
-    torus_points: int = Field(400, ge=16)  # points per side in the exact torus-W2 assignment
-    jsd_bins: int = Field(36, ge=4)
+    torus_points: int = Field(400, ge=16, le=20_000)  # points per side in the exact torus-W2 assignment
+    jsd_bins: int = Field(36, ge=4, le=500)
 
 
 class Config(MethodConfig):

@@ -5,11 +5,16 @@ No torch here: the registry imports this module to list methods and validate ove
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
+
+Edge = Annotated[int, Field(ge=1, le=1024)]  # voxels along one axis of a volume
+Count = Annotated[int, Field(ge=0, le=100)]
+Fraction = Annotated[float, Field(ge=0, le=1)]
+Voxels = Annotated[float, Field(gt=0, le=100)]
 
 Arch = Literal["conv", "unet"]
 
@@ -23,16 +28,16 @@ class DataConfig(StrictModel):
     NIfTI volumes replace the phantoms (one sub-folder per subject holding ``*<modality>.nii.gz``).
     """
 
-    n_train: int = Field(256, ge=2)
-    n_test: int = Field(16, ge=1)
-    shape: tuple[int, int, int] = (16, 16, 16)  # (D, H, W) = (axial, coronal, sagittal) slice counts
-    pool: int = Field(2, ge=2)  # isotropic super-resolution factor
-    ellipsoids: tuple[int, int] = (3, 6)  # min, max per volume
-    tubes: tuple[int, int] = (1, 2)
-    ellipsoid_axes: tuple[float, float] = (0.1, 0.35)  # semi-axes as fractions of the edge
-    tube_radius: tuple[float, float] = (0.5, 1.0)  # voxels
+    n_train: int = Field(256, ge=2, le=5000)
+    n_test: int = Field(16, ge=1, le=200)
+    shape: tuple[Edge, Edge, Edge] = (16, 16, 16)  # (D, H, W) = (axial, coronal, sagittal) slice counts
+    pool: int = Field(2, ge=2, le=50)  # isotropic super-resolution factor
+    ellipsoids: tuple[Count, Count] = (3, 6)  # min, max per volume
+    tubes: tuple[Count, Count] = (1, 2)
+    ellipsoid_axes: tuple[Fraction, Fraction] = (0.1, 0.35)  # semi-axes as fractions of the edge
+    tube_radius: tuple[Voxels, Voxels] = (0.5, 1.0)  # voxels
     negative_fraction: float = Field(0.25, ge=0, le=1)  # ellipsoids subtracted instead of added
-    smooth_sigma: float = Field(0.7, ge=0)
+    smooth_sigma: float = Field(0.7, ge=0, le=100)
     # Real volumes (BraTS layout) under the project's data/ folder; "" = synthetic phantoms.
     nifti_dir: RelPath = ""
     nifti_modality: str = "flair"
@@ -50,7 +55,7 @@ class DataConfig(StrictModel):
 class DiffusionConfig(StrictModel):
     """One DDPM schedule shared by the 2-D models and the 3-D fusion (the brief's time-mapping pitfall)."""
 
-    steps: int = Field(1000, ge=2)
+    steps: int = Field(1000, ge=2, le=10_000)
     beta_start: float = Field(1e-4, gt=0, lt=1)
     beta_end: float = Field(0.02, gt=0, lt=1)
 
@@ -59,51 +64,51 @@ class NetConfig(StrictModel):
     """An epsilon network: a FiLM-conditioned conv stack ("conv") or a guided-diffusion U-Net ("unet")."""
 
     arch: Arch = "conv"
-    width: int = Field(16, ge=2)  # conv channels; the U-Net's inner_channel
-    layers: int = Field(4, ge=2)  # conv: number of conv layers (the last one is the output)
-    time_dim: int = Field(32, ge=2)
-    mults: tuple[int, ...] = (1, 2, 4, 8)  # unet only
-    res_blocks: int = Field(2, ge=1)  # unet only
+    width: int = Field(16, ge=2, le=1000)  # conv channels; the U-Net's inner_channel
+    layers: int = Field(4, ge=2, le=50)  # conv: number of conv layers (the last one is the output)
+    time_dim: int = Field(32, ge=2, le=1000)
+    mults: tuple[Annotated[int, Field(ge=1, le=64)], ...] = (1, 2, 4, 8)  # unet only
+    res_blocks: int = Field(2, ge=1, le=20)  # unet only
     dropout: float = Field(0.0, ge=0, lt=1)  # unet only
 
 
 class SliceNetConfig(NetConfig):
     """The 2-D (2.5-D) slice models: input = noisy slice, 2k+1 neighbouring LR slices, 3 coordinates."""
 
-    neighbours: int = Field(1, ge=0)  # k: LR slices on each side (1 -> 3 slices; the paper's 5SSR: 2 -> 5)
-    slice_batch: int = Field(0, ge=0)  # slices per forward pass when running on volumes (0 = all at once)
+    neighbours: int = Field(1, ge=0, le=20)  # k: LR slices on each side (1 -> 3 slices; the paper's 5SSR: 2 -> 5)
+    slice_batch: int = Field(0, ge=0, le=100)  # slices per forward pass when running on volumes (0 = all at once)
 
 
 class TrainConfig(StrictModel):
-    steps: int = Field(800, ge=1)
-    batch_size: int = Field(64, ge=1)
-    lr: float = Field(1e-3, gt=0)
+    steps: int = Field(800, ge=1, le=5_000_000)
+    batch_size: int = Field(64, ge=1, le=1000)
+    lr: float = Field(1e-3, gt=0, le=10)
     ema: float = Field(0.99, ge=0, lt=1)  # the evaluated weights are the EMA (0 = last weights)
-    epoch_steps: int = Field(100, ge=1)  # optimiser steps per Lightning epoch (one validation each)
+    epoch_steps: int = Field(100, ge=1, le=50_000)  # optimiser steps per Lightning epoch (one validation each)
 
 
 class FusionTrainConfig(TrainConfig):
     loss: Literal["hybrid", "mse"] = "hybrid"  # official 3-D loss: 5 L1 + 150 L2
-    l1_weight: float = Field(5.0, ge=0)
-    l2_weight: float = Field(150.0, ge=0)
-    crop: int = Field(0, ge=0)  # random cubic crops for training (official phase 1: 64); 0 = whole volumes
-    grad_accum: int = Field(1, ge=1)
+    l1_weight: float = Field(5.0, ge=0, le=1e6)
+    l2_weight: float = Field(150.0, ge=0, le=1e6)
+    crop: int = Field(0, ge=0, le=1000)  # random cubic crops for training (official phase 1: 64); 0 = whole volumes
+    grad_accum: int = Field(1, ge=1, le=50)
     # The official 3-D Trainer's EMA (step_start_ema = 2000, update_ema_every = 10): the "EMA" is a copy of the
     # model until ema_start optimiser steps, then an average updated every ema_every steps.
-    ema_start: int = Field(2000, ge=0)
-    ema_every: int = Field(10, ge=1)
+    ema_start: int = Field(2000, ge=0, le=20_000)
+    ema_every: int = Field(10, ge=1, le=100)
 
 
 class EvalConfig(StrictModel):
-    t_points: int = Field(32, ge=1)  # stratified diffusion steps per held-out volume for the eps-MSE
+    t_points: int = Field(32, ge=1, le=500)  # stratified diffusion steps per held-out volume for the eps-MSE
     low_t_fraction: float = Field(0.25, gt=0, le=1)  # "low noise" band [0, f T) reported separately
-    sample_steps: int = Field(25, ge=1)  # DDIM steps
-    eta: float = Field(0.0, ge=0)
-    sample_volumes: int = Field(16, ge=1)  # held-out volumes super-resolved by sampling (<= n_test)
+    sample_steps: int = Field(25, ge=1, le=10_000)  # DDIM steps
+    eta: float = Field(0.0, ge=0, le=1)
+    sample_volumes: int = Field(16, ge=1, le=200)  # held-out volumes super-resolved by sampling (<= n_test)
     self_consistency: bool = True  # project x0_hat so its average pool is 0 (applied to every sampler)
-    tpdm_probs: tuple[float, float, float] = (0.1, 0.6, 0.3)  # TPDM's per-step axis probabilities
-    ssim_window: int = Field(7, ge=3)
-    chunk: int = Field(32, ge=1)  # volumes per forward batch in evaluation
+    tpdm_probs: tuple[Fraction, Fraction, Fraction] = (0.1, 0.6, 0.3)  # TPDM's per-step axis probabilities
+    ssim_window: int = Field(7, ge=3, le=100)
+    chunk: int = Field(32, ge=1, le=500)  # volumes per forward batch in evaluation
 
     @model_validator(mode="after")
     def _check(self) -> "EvalConfig":

@@ -6,11 +6,11 @@ No torch here: the registry imports this module to list methods and validate ove
 from __future__ import annotations
 
 from pathlib import PurePosixPath, PureWindowsPath
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from models.base import MethodConfig, StrictModel
+from models.base import MethodConfig, RelPath, StrictModel
 
 # Trained variants: the paper's every-layer SDCIB, the last-layer-only ablation, and (optional)
 # the pure deep-contrastive model without IB terms. k-means on the concatenated views always runs.
@@ -25,20 +25,20 @@ class DataConfig(StrictModel):
     design size (Event, the one shipped dataset, also has 8 classes).
     """
 
-    n_samples: int = Field(2000, ge=16)
-    n_clusters: int = Field(8, ge=2)
-    image_dim: int = Field(128, ge=2)  # dense nonnegative image descriptor (CNN/GIST-like)
-    tag_vocab: int = Field(200, ge=2)  # tag vocabulary: the tag view is a bag of tag counts
-    shared_dim: int = Field(8, ge=1)  # latent code shared by both views (carries the class)
-    private_dim: int = Field(8, ge=0)  # per-view nuisance code, independent across views
-    class_separation: float = Field(1.8, gt=0)  # std of the class means in the shared code
-    private_scale: float = Field(3.0, ge=0)  # std of the view-private nuisance
-    image_noise: float = Field(0.3, ge=0)  # additive Gaussian noise on the image features
-    tags_per_sample: float = Field(8.0, gt=0)  # mean number of tags drawn per sample (Poisson)
-    tag_temperature: float = Field(1.0, gt=0)  # softmax temperature of the tag distribution
+    n_samples: int = Field(2000, ge=16, le=50_000)
+    n_clusters: int = Field(8, ge=2, le=100)
+    image_dim: int = Field(128, ge=2, le=2000)  # dense nonnegative image descriptor (CNN/GIST-like)
+    tag_vocab: int = Field(200, ge=2, le=2000)  # tag vocabulary: the tag view is a bag of tag counts
+    shared_dim: int = Field(8, ge=1, le=100)  # latent code shared by both views (carries the class)
+    private_dim: int = Field(8, ge=0, le=100)  # per-view nuisance code, independent across views
+    class_separation: float = Field(1.8, gt=0, le=100)  # std of the class means in the shared code
+    private_scale: float = Field(3.0, ge=0, le=100)  # std of the view-private nuisance
+    image_noise: float = Field(0.3, ge=0, le=100)  # additive Gaussian noise on the image features
+    tags_per_sample: float = Field(8.0, gt=0, le=1000)  # mean number of tags drawn per sample (Poisson)
+    tag_temperature: float = Field(1.0, gt=0, le=100)  # softmax temperature of the tag distribution
     # A user-supplied real dataset in the official layout, relative to the project's data/ folder
     # (e.g. "real/esp.npz" for data/real/esp.npz); "" = generate the synthetic set.
-    real_npz: str = ""
+    real_npz: RelPath = ""
 
     @field_validator("real_npz")
     @classmethod
@@ -92,24 +92,24 @@ class Config(MethodConfig):
     # Per-view encoder: Linear-BN-ReLU blocks; a Gaussian head after every block. Official widths
     # (1024, 1024, 1024, 128); the brief shrinks them to (256, 256, 256, 64); halved again here
     # so that 3 seeds x 2 trained variants fit the 2-core CPU budget.
-    widths: tuple[int, ...] = (128, 128, 128, 32)
-    batch_size: int = Field(128, ge=4)  # drop_last, as the official prior samples need full batches
-    epochs: int = Field(20, ge=1)  # brief: 30, "trim epochs to fit" the CPU budget
-    lr: float = Field(1e-3, gt=0)  # official 1e-4 is too slow for 30 epochs (brief)
+    widths: tuple[Annotated[int, Field(ge=1, le=20_000)], ...] = (128, 128, 128, 32)
+    batch_size: int = Field(128, ge=4, le=2000)  # drop_last, as the official prior samples need full batches
+    epochs: int = Field(20, ge=1, le=500)  # brief: 30, "trim epochs to fit" the CPU budget
+    lr: float = Field(1e-3, gt=0, le=10)  # official 1e-4 is too slow for 30 epochs (brief)
     alpha: float = Field(0.1, ge=0, le=1)  # weight of the IB terms; (1 - alpha) on the contrast
-    beta: float = Field(1.0, ge=0)  # weight of the I(H;C) term inside the IB part
-    tau_instance: float = Field(0.1, gt=0)
-    tau_cluster: float = Field(0.1, gt=0)
+    beta: float = Field(1.0, ge=0, le=1e3)  # weight of the I(H;C) term inside the IB part
+    tau_instance: float = Field(0.1, gt=0, le=100)
+    tau_cluster: float = Field(0.1, gt=0, le=100)
     # "ib": critic and encoder maximise the JSD bound on I(H;C) (bounded loss, the fix);
     # "official": the bound is added to the minimised loss (unbounded below, kept for fidelity).
     mi_sign: MiSign = "ib"
-    critic_steps: int = Field(10, ge=0)  # critic-only steps on the first batch of each epoch (official 100)
+    critic_steps: int = Field(10, ge=0, le=1000)  # critic-only steps on the first batch of each epoch (official 100)
     log1p: bool = True  # log1p on the nonnegative count/feature views before the encoder (pitfall 6)
 
     variants: tuple[Variant, ...] = ("sdcib", "last_layer")  # add "no_ib" for the pure-contrast variant
-    n_seeds: int = Field(3, ge=1)  # training seeds seed, seed+1, ...; every variant sees the same seeds
-    val_every: int = Field(5, ge=1)  # epochs between full-data clustering evaluations during training
-    kmeans_n_init: int = Field(10, ge=1)
+    n_seeds: int = Field(3, ge=1, le=100)  # training seeds seed, seed+1, ...; every variant sees the same seeds
+    val_every: int = Field(5, ge=1, le=1000)  # epochs between full-data clustering evaluations during training
+    kmeans_n_init: int = Field(10, ge=1, le=100)
 
     @field_validator("widths")
     @classmethod

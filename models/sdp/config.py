@@ -5,11 +5,15 @@ No torch here: the registry imports this module to list methods and validate ove
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, StrictModel
+
+Width = Annotated[int, Field(ge=1, le=5000)]
+Metres = Annotated[float, Field(gt=0, le=10)]
+AdamBeta = Annotated[float, Field(ge=0, lt=1)]
 
 
 class DataConfig(StrictModel):
@@ -22,23 +26,23 @@ class DataConfig(StrictModel):
     the in-distribution test) or by a uniform SO(3) rotation (the "tilted table" test).
     """
 
-    n_train: int = Field(2000, ge=8)
-    n_val: int = Field(256, ge=2)  # held-out yaw demos for the validation loss
-    n_test: int = Field(200, ge=4)  # per test set (yaw and SO(3))
-    n_points: int = Field(32, ge=8)
-    horizon: int = Field(16, ge=4, multiple_of=4)  # the U-net halves it twice at most
-    close_steps: int = Field(4, ge=1)  # the gripper is closed (+1) over the last close_steps actions
-    object_size: float = Field(0.12, gt=0)  # length of the object's body along its x-axis
-    grasp_offset: float = Field(0.06, gt=0)  # grasp points at +-offset along the object's x-axis (top face)
-    reach_radius: tuple[float, float] = (0.10, 0.30)  # horizontal EE-object distance in the table frame
-    reach_depth: tuple[float, float] = (0.15, 0.30)  # how far the table lies below the EE
+    n_train: int = Field(2000, ge=8, le=20_000)
+    n_val: int = Field(256, ge=2, le=5000)  # held-out yaw demos for the validation loss
+    n_test: int = Field(200, ge=4, le=2000)  # per test set (yaw and SO(3))
+    n_points: int = Field(32, ge=8, le=500)
+    horizon: int = Field(16, ge=4, multiple_of=4, le=200)  # the U-net halves it twice at most
+    close_steps: int = Field(4, ge=1, le=50)  # the gripper is closed (+1) over the last close_steps actions
+    object_size: float = Field(0.12, gt=0, le=10)  # length of the object's body along its x-axis
+    grasp_offset: float = Field(0.06, gt=0, le=10)  # grasp points at +-offset along the object's x-axis (top face)
+    reach_radius: tuple[Metres, Metres] = (0.10, 0.30)  # horizontal EE-object distance in the table frame
+    reach_depth: tuple[Metres, Metres] = (0.15, 0.30)  # how far the table lies below the EE
     # The object's yaw relative to the EE's, uniform in [-relative_yaw, relative_yaw] degrees (the EE's own
     # yaw and the scene's yaw are uniform on the circle, so the object's world yaw is too). 180 would let the
     # shortest-arc slerp flip direction near 180 deg (a spurious mode) and slowed the baseline further
     # (median orientation error 95 vs 73 deg after 1000 steps in a trial run).
     relative_yaw: float = Field(45.0, ge=0, le=180)
-    point_noise: float = Field(0.002, ge=0)  # per-scene jitter of the object's points
-    ee_box: float = Field(0.3, ge=0)  # world EE position uniform in [-box, box]^2 x [0.3, 0.5] (removed by canonicalisation)
+    point_noise: float = Field(0.002, ge=0, le=10)  # per-scene jitter of the object's points
+    ee_box: float = Field(0.3, ge=0, le=10)  # world EE position uniform in [-box, box]^2 x [0.3, 0.5] (removed by canonicalisation)
 
     @model_validator(mode="after")
     def _check(self) -> "DataConfig":
@@ -54,8 +58,8 @@ class DataConfig(StrictModel):
 class DiffusionConfig(StrictModel):
     """DDPM as in SDP's config: 100 train steps, squaredcos_cap_v2, epsilon prediction; DDIM at inference."""
 
-    train_steps: int = Field(100, ge=2)
-    ddim_steps: int = Field(16, ge=1)
+    train_steps: int = Field(100, ge=2, le=1000)
+    ddim_steps: int = Field(16, ge=1, le=500)
     eta: float = Field(1.0, ge=0, le=1)  # 1: stochastic (DDPM-like) DDIM, as SDP's DDPM sampler; 0: deterministic
     # diffusers' DDIM default "leading" spacing (0, 6, ..., 90 for 16 of 100) never starts at the last
     # step, where squaredcos_cap_v2 has alpha_bar = 2e-7 and x0_hat = (x - sqrt(1 - ab) eps_hat) / sqrt(ab)
@@ -63,7 +67,7 @@ class DiffusionConfig(StrictModel):
     spacing: Literal["leading", "trailing"] = "leading"
     # SDP's config has clip_sample=True; it clips each coordinate and breaks equivariance, so it is off
     # (None) by default. A value c clamps x0_hat to [-c, c] in both policies (for the pitfall's demo).
-    clip_sample: float | None = None
+    clip_sample: float | None = Field(None, gt=0, le=100)
 
     @model_validator(mode="after")
     def _check(self) -> "DiffusionConfig":
@@ -75,50 +79,50 @@ class DiffusionConfig(StrictModel):
 class SDPNetConfig(StrictModel):
     """SDP-lite: l <= 1 point encoder + irreps temporal U-net (channels per irreps field)."""
 
-    down_dims: tuple[int, ...] = Field((32, 64), min_length=1, max_length=3)
-    res_blocks: int = Field(1, ge=1)  # residual blocks per U-net level and in the middle (SDP and DP: 2)
-    kernel_size: int = Field(5, ge=1)
-    time_dim: int = Field(32, ge=2)  # sinusoidal embedding -> MLP, placed in the l=0 slot
-    enc_channels: int = Field(32, ge=2)  # encoder output fields (l=0 and l=1 each)
-    enc_hidden: int = Field(64, ge=4)  # per-point invariant MLP width
+    down_dims: tuple[Width, ...] = Field((32, 64), min_length=1, max_length=3)
+    res_blocks: int = Field(1, ge=1, le=20)  # residual blocks per U-net level and in the middle (SDP and DP: 2)
+    kernel_size: int = Field(5, ge=1, le=50)
+    time_dim: int = Field(32, ge=2, le=1000)  # sinusoidal embedding -> MLP, placed in the l=0 slot
+    enc_channels: int = Field(32, ge=2, le=1000)  # encoder output fields (l=0 and l=1 each)
+    enc_hidden: int = Field(64, ge=4, le=2000)  # per-point invariant MLP width
 
 
 class DPNetConfig(StrictModel):
     """Diffusion Policy baseline: PointNet embedding + Chi et al.'s conditional 1-D U-net with FiLM."""
 
-    down_dims: tuple[int, ...] = Field((64, 128), min_length=1, max_length=3)
-    res_blocks: int = Field(1, ge=1)
-    kernel_size: int = Field(5, ge=1)
-    time_dim: int = Field(32, ge=2)
-    enc_channels: int = Field(64, ge=2)  # PointNet feature size
-    enc_hidden: int = Field(64, ge=4)
-    n_groups: int = Field(8, ge=1)
+    down_dims: tuple[Width, ...] = Field((64, 128), min_length=1, max_length=3)
+    res_blocks: int = Field(1, ge=1, le=20)
+    kernel_size: int = Field(5, ge=1, le=50)
+    time_dim: int = Field(32, ge=2, le=1000)
+    enc_channels: int = Field(64, ge=2, le=2000)  # PointNet feature size
+    enc_hidden: int = Field(64, ge=4, le=2000)
+    n_groups: int = Field(8, ge=1, le=100)
 
 
 class TrainConfig(StrictModel):
     """Identical for every policy (same budget and seeds). SDP: AdamW lr 1e-4, betas (0.95, 0.999),
     wd 1e-6, cosine schedule with 500 warm-up steps, EMA power 0.75, batch 32, ~50k steps."""
 
-    steps: int = Field(2000, ge=1)  # the brief's default budget: ~2000 steps at batch 128
-    batch_size: int = Field(128, ge=2)
-    lr: float = Field(3e-3, gt=0)
-    weight_decay: float = Field(1e-6, ge=0)
-    betas: tuple[float, float] = (0.95, 0.999)
-    warmup_steps: int = Field(50, ge=0)
-    ema_power: float = Field(0.75, gt=0)  # diffusers EMAModel: decay = 1 - (1 + step)^-power, capped
+    steps: int = Field(2000, ge=1, le=500_000)  # the brief's default budget: ~2000 steps at batch 128
+    batch_size: int = Field(128, ge=2, le=2000)
+    lr: float = Field(3e-3, gt=0, le=10)
+    weight_decay: float = Field(1e-6, ge=0, le=1)
+    betas: tuple[AdamBeta, AdamBeta] = (0.95, 0.999)
+    warmup_steps: int = Field(50, ge=0, le=5000)
+    ema_power: float = Field(0.75, gt=0, le=10)  # diffusers EMAModel: decay = 1 - (1 + step)^-power, capped
     ema_max_decay: float = Field(0.9999, ge=0, lt=1)
-    steps_per_epoch: int = Field(100, ge=1)  # Lightning epoch = this many batches (one validation each)
+    steps_per_epoch: int = Field(100, ge=1, le=10_000)  # Lightning epoch = this many batches (one validation each)
 
 
 class EvalConfig(StrictModel):
-    success_pos: float = Field(0.05, gt=0)  # final position within this of either grasp point
-    success_deg: float = Field(15.0, gt=0)  # and orientation error below this
-    equivariance_rotations: int = Field(16, ge=1)  # random rotations in the equivariance error
-    equivariance_batch: int = Field(32, ge=1)
+    success_pos: float = Field(0.05, gt=0, le=10)  # final position within this of either grasp point
+    success_deg: float = Field(15.0, gt=0, le=180)  # and orientation error below this
+    equivariance_rotations: int = Field(16, ge=1, le=200)  # random rotations in the equivariance error
+    equivariance_batch: int = Field(32, ge=1, le=10_000)
     equivariance_tol: float = Field(1e-4, gt=0)  # the brief's float32 threshold for SDP-lite
     baseline_nonequivariance: float = Field(1e-2, gt=0)  # "O(1)": the baseline's error must exceed this
-    n_plot_scenes: int = Field(3, ge=1)
-    samples_per_plot_scene: int = Field(6, ge=1)
+    n_plot_scenes: int = Field(3, ge=1, le=50)
+    samples_per_plot_scene: int = Field(6, ge=1, le=100)
 
 
 class Config(MethodConfig):

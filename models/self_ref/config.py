@@ -39,11 +39,11 @@ class DataConfig(StrictModel):
     reverse_answers: bool = True
     # Splits: A trains the small LM, B builds the Self-REF data, V sets thresholds, C tests,
     # U holds unanswerable items (operands one digit wider than ever seen) for rejection.
-    n_a: int = Field(1000, ge=10)
-    n_b: int = Field(3000, ge=10)
-    n_v: int = Field(1000, ge=10)
-    n_c: int = Field(2000, ge=10)
-    n_u: int = Field(500, ge=10)
+    n_a: int = Field(1000, ge=10, le=200_000)
+    n_b: int = Field(3000, ge=10, le=50_000)
+    n_v: int = Field(1000, ge=10, le=20_000)
+    n_c: int = Field(2000, ge=10, le=50_000)
+    n_u: int = Field(500, ge=10, le=20_000)
     # B, V, C and U hold only questions that no earlier split (in particular A, the small LM's training
     # data) holds: the brief's "held out from its training".
     held_out_distinct: bool = True
@@ -51,8 +51,8 @@ class DataConfig(StrictModel):
     large_accuracy: float = Field(0.95, ge=0, le=1)
     # Small-LM pretraining on split A: deliberately long (overfit, overconfident), no label smoothing.
     lm: LMSize = LMSize()
-    pretrain_epochs: int = Field(75, ge=1)
-    pretrain_batch: int = Field(128, ge=1)
+    pretrain_epochs: int = Field(75, ge=1, le=1000)
+    pretrain_batch: int = Field(128, ge=1, le=10_000)
     pretrain_lr: float = Field(3e-3, gt=0, le=1)
     # User-supplied replacements, relative to the project's data/ folder ("" = synthesise):
     # QA records in JSONL ({"prompt"|"question", "answer", "split"}; GSM8K answers "... #### 42" work)
@@ -103,11 +103,11 @@ class Config(MethodConfig):
 
     # Self-REF fine-tuning (and the fine-tuned-logits / verbalised baselines: same data, budget, seeds).
     n_seeds: int = Field(3, ge=1, le=16)  # the brief: 3 seeds
-    epochs: int = Field(4, ge=1)
-    batch_size: int = Field(64, ge=1)
+    epochs: int = Field(4, ge=1, le=100)
+    batch_size: int = Field(64, ge=1, le=10_000)
     lr: float = Field(1e-2, gt=0, le=1)  # chosen on split V's confidence-token loss among {3e-3, 1e-2}
     lora_rank: int = Field(8, ge=1, le=256)
-    lora_alpha: float = Field(16.0, gt=0)
+    lora_alpha: float = Field(16.0, gt=0, le=1e4)
     # The paper adapts Q, K, V (plus the embedding and head rows of the new tokens, always trained here).
     lora_targets: tuple[Literal["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"], ...] = ("attn.c_attn",)
     # Algorithm 1 subsamples the unconfident set: keep at most un_ratio <UN> samples per <CN> sample.

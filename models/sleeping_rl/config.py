@@ -66,10 +66,10 @@ class Config(MethodConfig):
     }
 
     data: DataConfig = DataConfig()
-    episodes: int = Field(default=5000, ge=10)  # K
+    episodes: int = Field(default=5000, ge=10, le=2_000_000)  # K
     # 5 paired seeds (REVIEW.md §1: 5 where a run is cheap; 2 left every criterion undecided at t_{0.975,1} = 12.7).
     n_seeds: int = Field(default=5, ge=1, le=16)  # runs use seeds seed, seed+1, ...
     bonus_scale: float = Field(default=0.1, gt=0.0, le=10.0)  # beta: multiplies every exploration bonus
     # False: Var_P(V) = P.V^2 - (P.V)^2 (correct). True: the official code's np.std(P * V)^2 quirk.
     variance_quirk: bool = False
-    smooth_window: int = Field(default=100, ge=1)  # episodes in the plotted moving average
+    smooth_window: int = Field(default=100, ge=1, le=10_000)  # episodes in the plotted moving average

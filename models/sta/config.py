@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
 
-Triple = tuple[int, int, int]
+Extent = Annotated[int, Field(ge=1, le=1000)]  # frames/pixels/tokens/tiles along one axis
+Triple = tuple[Extent, Extent, Extent]
+FlowTime = Annotated[float, Field(ge=0, le=1)]
 
 
 def _check_canvas(size: Triple, tile: Triple, what: str) -> None:
@@ -26,16 +28,16 @@ def _check_window(window: Triple, size: Triple, tile: Triple, what: str) -> None
 class DataConfig(StrictModel):
     """The synthetic moving-shapes video set (the DVC prepare stage depends on this section only)."""
 
-    n_train: int = Field(512, ge=8)
-    n_test: int = Field(48, ge=4)
-    frames: int = Field(8, ge=1)
-    size: int = Field(32, ge=8)  # pixels per side
+    n_train: int = Field(512, ge=8, le=200_000)
+    n_test: int = Field(48, ge=4, le=10_000)
+    frames: int = Field(8, ge=1, le=100)
+    size: int = Field(32, ge=8, le=2000)  # pixels per side
     channels: int = Field(3, ge=1, le=3)
     max_shapes: int = Field(2, ge=1, le=4)  # 1..max_shapes discs or squares per video
-    min_radius: float = Field(3.0, gt=0)
-    max_radius: float = Field(6.0, gt=0)
-    min_speed: float = Field(0.5, ge=0)  # pixels per frame; shapes bounce off the borders
-    max_speed: float = Field(2.0, ge=0)
+    min_radius: float = Field(3.0, gt=0, le=1000)
+    max_radius: float = Field(6.0, gt=0, le=1000)
+    min_speed: float = Field(0.5, ge=0, le=1000)  # pixels per frame; shapes bounce off the borders
+    max_speed: float = Field(2.0, ge=0, le=1000)
     # A user-supplied video set instead (npz with uint8 "train" and "test" arrays of shape
     # (n, channels, frames, size, size)), relative to the project's data/ folder; "" = synthetic.
     videos_npz: RelPath = ""
@@ -53,10 +55,10 @@ class ModelConfig(StrictModel):
     """The small video DiT: patchify, DiT blocks (adaLN-Zero), attention dense / STA / token SWA."""
 
     patch: Triple = (2, 4, 4)  # (frames, pixels, pixels) per token
-    dim: int = Field(48, ge=8)
-    depth: int = Field(3, ge=1)
-    heads: int = Field(3, ge=1)
-    mlp_ratio: float = Field(4.0, gt=0)
+    dim: int = Field(48, ge=8, le=5000)
+    depth: int = Field(3, ge=1, le=200)
+    heads: int = Field(3, ge=1, le=100)
+    mlp_ratio: float = Field(4.0, gt=0, le=100)
     tile: Triple = (1, 2, 2)  # STA tile in tokens
     window: Triple = (3, 3, 3)  # STA window in tiles (odd, <= tiles per axis)
     # PyTorch STA path used for training and evaluation: masked SDPA (dense cost, exact) or
@@ -68,26 +70,26 @@ class ModelConfig(StrictModel):
 
 
 class TrainConfig(StrictModel):
-    dense_steps: int = Field(400, ge=1)  # pre-training with dense attention
-    finetune_steps: int = Field(80, ge=0)  # then STA (method) and dense (control) each train this much more
+    dense_steps: int = Field(400, ge=1, le=200_000)  # pre-training with dense attention
+    finetune_steps: int = Field(80, ge=0, le=20_000)  # then STA (method) and dense (control) each train this much more
     finetune_swa: bool = False  # also fine-tune the token-SWA baseline (costs finetune_steps more)
-    batch_size: int = Field(8, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    finetune_lr: float = Field(3e-4, gt=0)
-    warmup_steps: int = Field(20, ge=0)
-    weight_decay: float = Field(0.0, ge=0)
-    val_every: int = Field(100, ge=1)  # validation loss on a fixed test subset every this many steps
-    val_videos: int = Field(16, ge=1)
+    batch_size: int = Field(8, ge=1, le=500)
+    lr: float = Field(1e-3, gt=0, le=10)
+    finetune_lr: float = Field(3e-4, gt=0, le=10)
+    warmup_steps: int = Field(20, ge=0, le=200)
+    weight_decay: float = Field(0.0, ge=0, le=1)
+    val_every: int = Field(100, ge=1, le=10_000)  # validation loss on a fixed test subset every this many steps
+    val_videos: int = Field(16, ge=1, le=2000)
 
 
 class EvalConfig(StrictModel):
-    loss_times: tuple[float, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)  # flow times t of the test denoising loss
-    sample_steps: int = Field(12, ge=1)  # Euler steps of the flow ODE
-    n_samples: int = Field(24, ge=2)
-    pca_dims: int = Field(8, ge=1)  # Frechet distance on this many PCA components of pooled videos
+    loss_times: tuple[FlowTime, ...] = (0.1, 0.3, 0.5, 0.7, 0.9)  # flow times t of the test denoising loss
+    sample_steps: int = Field(12, ge=1, le=500)  # Euler steps of the flow ODE
+    n_samples: int = Field(24, ge=2, le=5000)
+    pca_dims: int = Field(8, ge=1, le=500)  # Frechet distance on this many PCA components of pooled videos
     # Extra STA windows evaluated training-free (the "mask search" view: loss against density).
     sweep_windows: tuple[Triple, ...] = ((1, 1, 1), (1, 3, 3), (3, 1, 1), (3, 3, 1))
-    claim_loss_gap: float = Field(0.05, ge=0)  # fine-tuned STA loss within this fraction of dense
+    claim_loss_gap: float = Field(0.05, ge=0, le=1)  # fine-tuned STA loss within this fraction of dense
 
 
 class KernelCase(StrictModel):
@@ -97,7 +99,7 @@ class KernelCase(StrictModel):
     tile: Triple
     windows: tuple[Triple, ...]
     head_dim: int = Field(16, ge=16, le=128)
-    text_length: int = Field(0, ge=0)
+    text_length: int = Field(0, ge=0, le=200)
 
     @model_validator(mode="after")
     def _check(self) -> "KernelCase":

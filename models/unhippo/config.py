@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
 
+
+NoiseStd = Annotated[float, Field(ge=0, le=100)]  # on the unit-variance waveform
+Variance = Annotated[float, Field(gt=0, le=1e30)]
 
 # The official experiment grid: 0 and 13 log-spaced stds in [1e-3, 1] (config/experiment/*.yaml).
 OFFICIAL_NOISES = (0.0,) + tuple(float(10 ** (-3 + 0.25 * i)) for i in range(13))
@@ -16,61 +19,61 @@ OFFICIAL_NOISES = (0.0,) + tuple(float(10 ** (-3 + 0.25 * i)) for i in range(13)
 class DataConfig(StrictModel):
     """What shapes the prepared dataset (the DVC prepare stage depends on this section only)."""
 
-    length: int = Field(256, ge=8)  # samples per synthetic sequence
+    length: int = Field(256, ge=8, le=100_000)  # samples per synthetic sequence
     n_classes: int = Field(10, ge=2, le=10)
-    n_train: int = Field(2000, ge=10)
-    n_val: int = Field(500, ge=10)
-    n_test: int = Field(500, ge=10)
+    n_train: int = Field(2000, ge=10, le=50_000)
+    n_val: int = Field(500, ge=10, le=10_000)
+    n_test: int = Field(500, ge=10, le=10_000)
     frequency_jitter: float = Field(0.1, ge=0, lt=1)  # cycle counts drawn from (1 +- jitter) x class rate
     # A Free Spoken Digit release folder (recordings/<digit>_<speaker>_<index>.wav), relative to the
     # project's data/ folder; "" = synthetic.
     fsd_dir: RelPath = ""
-    fsd_length: int = Field(8000, ge=8)
+    fsd_length: int = Field(8000, ge=8, le=100_000)
 
 
 class ModelConfig(StrictModel):
     """The LSSL backbone shared by both models (only the frozen SSM matrices differ)."""
 
-    layers: int = Field(2, ge=1)
-    n: int = Field(64, ge=2)  # HiPPO order N (state size)
-    hidden: int = Field(32, ge=1)  # H channels
-    latent: int = Field(2, ge=1)  # M read-outs per channel
+    layers: int = Field(2, ge=1, le=50)
+    n: int = Field(64, ge=2, le=2000)  # HiPPO order N (state size)
+    hidden: int = Field(32, ge=1, le=2000)  # H channels
+    latent: int = Field(2, ge=1, le=50)  # M read-outs per channel
     dropout: float = Field(0.1, ge=0, lt=1)
-    min_t: float = Field(2.0, ge=1)  # channel timescales / Kalman steps log-spaced in [min_t, max_t]
-    max_t: float | None = Field(None, ge=1)  # None = the sequence length
+    min_t: float = Field(2.0, ge=1, le=1e6)  # channel timescales / Kalman steps log-spaced in [min_t, max_t]
+    max_t: float | None = Field(None, ge=1, le=1e6)  # None = the sequence length
 
 
 class UnHiPPOConfig(StrictModel):
     """The latent linear dynamical system of UnHiPPO."""
 
-    obs_sigma2: float = Field(1e10, gt=0)  # observation noise variance: the crucial knob (scale with N)
-    trans_sigma2: float = Field(1.0, gt=0)  # process noise per step, kept fixed when comparing
+    obs_sigma2: float = Field(1e10, gt=0, le=1e30)  # observation noise variance: the crucial knob (scale with N)
+    trans_sigma2: float = Field(1.0, gt=0, le=1e30)  # process noise per step, kept fixed when comparing
     discretisation: Literal["expm", "bilinear", "forward", "backward"] = "expm"
     # Extra sigma^2 values trained (at claim_train_noise only) as ablation variants (Fig. 7); () = none.
-    sigma2_sweep: tuple[float, ...] = ()
+    sigma2_sweep: tuple[Variance, ...] = ()
 
 
 class TrainConfig(StrictModel):
-    steps: int = Field(600, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(1e-3, gt=0)
-    grad_clip: float = Field(1.0, gt=0)
+    steps: int = Field(600, ge=1, le=1_000_000)
+    batch_size: int = Field(16, ge=1, le=10_000)
+    lr: float = Field(1e-3, gt=0, le=10)
+    grad_clip: float = Field(1.0, gt=0, le=1e3)
     ema_decay: float = Field(0.0, ge=0, lt=1)  # 0 = no weight EMA
-    ema_start: int = Field(1000, ge=0)
-    val_checks: int = Field(6, ge=1)  # validation passes spread over the run (learning curves only)
-    n_seeds: int = Field(1, ge=1)  # seeds seed, seed+1, ...; both models see the same seeds
+    ema_start: int = Field(1000, ge=0, le=10_000)
+    val_checks: int = Field(6, ge=1, le=200)  # validation passes spread over the run (learning curves only)
+    n_seeds: int = Field(1, ge=1, le=50)  # seeds seed, seed+1, ...; both models see the same seeds
 
 
 class ReconstructionConfig(StrictModel):
     """E1: denoise f(t) = sin(6 pi t/T) exp(-t/T) with the time-varying recursions (no training)."""
 
-    length: int = Field(400, ge=8)
-    n: int = Field(64, ge=2)
-    obs_sigma2: float = Field(1e10, gt=0)
-    noises: tuple[float, ...] = (0.0, 0.05, 0.1, 0.3, 0.5)
-    draws: int = Field(16, ge=1)  # noise draws averaged per level
-    sigma2_sweep: tuple[float, ...] = (1e4, 1e6, 1e8, 1e10, 1e12)
-    sweep_noise: float = Field(0.3, ge=0)
+    length: int = Field(400, ge=8, le=5000)
+    n: int = Field(64, ge=2, le=1000)
+    obs_sigma2: float = Field(1e10, gt=0, le=1e30)
+    noises: tuple[NoiseStd, ...] = (0.0, 0.05, 0.1, 0.3, 0.5)
+    draws: int = Field(16, ge=1, le=1000)  # noise draws averaged per level
+    sigma2_sweep: tuple[Variance, ...] = (1e4, 1e6, 1e8, 1e10, 1e12)
+    sweep_noise: float = Field(0.3, ge=0, le=100)
 
 
 class Config(MethodConfig):
@@ -127,11 +130,11 @@ class Config(MethodConfig):
     train: TrainConfig = TrainConfig()
     recon: ReconstructionConfig = ReconstructionConfig()
     # Gaussian noise std on the raw (unit-variance) waveform, before normalisation (official order).
-    train_noises: tuple[float, ...] = (0.0, 0.5)
-    eval_noises: tuple[float, ...] = (0.0, 0.25, 0.5, 1.0)
+    train_noises: tuple[NoiseStd, ...] = (0.0, 0.5)
+    eval_noises: tuple[NoiseStd, ...] = (0.0, 0.25, 0.5, 1.0)
     # The claim: trained at this noise, accuracy averaged over eval noises >= claim_noise_floor.
-    claim_train_noise: float = Field(0.5, ge=0)
-    claim_noise_floor: float = Field(0.5, ge=0)
+    claim_train_noise: float = Field(0.5, ge=0, le=100)
+    claim_noise_floor: float = Field(0.5, ge=0, le=100)
 
     @model_validator(mode="after")
     def _check(self) -> "Config":

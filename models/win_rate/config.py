@@ -5,11 +5,13 @@ No torch here: the registry imports this module to list methods and validate ove
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Annotated, ClassVar
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
+
+KLCoefficient = Annotated[float, Field(gt=0, le=100)]
 
 
 class LMSize(StrictModel):
@@ -35,18 +37,18 @@ class DataConfig(StrictModel):
     response_length: int = Field(4, ge=1, le=6)  # n_symbols ** length responses per prompt are enumerated
     # The hidden "language": per prompt a first-order Markov chain with Dirichlet(concentration) rows.
     concentration: float = Field(0.5, gt=0, le=100)
-    corpus_size: int = Field(8000, ge=16)
+    corpus_size: int = Field(8000, ge=16, le=500_000)
     # Oracle reward r(x, y) = liked_weight sqrt(#liked symbols) + bigram_bonus [liked bigram in y]
     #                         - run_penalty (longest run - 1)   (pattern counts, diminishing returns)
     liked_weight: float = Field(1.5, ge=0, le=10)
     bigram_bonus: float = Field(1.0, ge=0, le=10)
     run_penalty: float = Field(0.5, ge=0, le=10)
-    train_pairs: int = Field(2000, ge=8)
-    heldout_pairs: int = Field(500, ge=8)
+    train_pairs: int = Field(2000, ge=8, le=100_000)
+    heldout_pairs: int = Field(500, ge=8, le=20_000)
     # Anchor pretraining (MLE on the corpus); the checkpoint is part of the versioned dataset.
     lm: LMSize = LMSize()
-    pretrain_epochs: int = Field(6, ge=1)
-    pretrain_batch: int = Field(128, ge=1)
+    pretrain_epochs: int = Field(6, ge=1, le=100)
+    pretrain_batch: int = Field(128, ge=1, le=10_000)
     pretrain_lr: float = Field(3e-3, gt=0, le=1)
     # User-supplied replacements, relative to the project's data/ folder ("" = synthesise):
     # a Hugging Face GPT-2 folder (config.json + model.safetensors/pytorch_model.bin + vocab.json)
@@ -67,9 +69,9 @@ class TabularConfig(StrictModel):
     n_responses: int = Field(8, ge=2, le=256)
     reward_low: float = Field(-2.0, ge=-20, le=20)
     reward_high: float = Field(2.0, ge=-20, le=20)
-    betas: tuple[float, ...] = (0.1, 0.5, 1.0, 2.0)
-    n_pairs: int = Field(20000, ge=10)  # the "large dataset" SFT and DPO learn from
-    steps: int = Field(3000, ge=1)
+    betas: tuple[KLCoefficient, ...] = (0.1, 0.5, 1.0, 2.0)
+    n_pairs: int = Field(20000, ge=10, le=200_000)  # the "large dataset" SFT and DPO learn from
+    steps: int = Field(3000, ge=1, le=50_000)
     lr: float = Field(0.1, gt=0, le=10)
     nontransitive_strength: float = Field(1.5, ge=0, le=20)  # cyclic term added to the BT logits
 
@@ -123,17 +125,17 @@ class Config(MethodConfig):
     tabular: TabularConfig = TabularConfig()
 
     # Sequence-level experiment (B): every variant gets the same steps, batch and seeds.
-    steps: int = Field(300, ge=2)  # the brief: 3 seeds x 300 steps
-    checkpoints: int = Field(10, ge=1)  # exact win-rate evaluations during training (plus the start)
+    steps: int = Field(300, ge=2, le=10_000)  # the brief: 3 seeds x 300 steps
+    checkpoints: int = Field(10, ge=1, le=100)  # exact win-rate evaluations during training (plus the start)
     n_seeds: int = Field(3, ge=1, le=16)
-    batch_prompts: int = Field(16, ge=1)  # on-policy variants: prompts per step (x group_size samples)
-    group_size: int = Field(4, ge=2)  # RLOO samples per prompt
-    batch_pairs: int = Field(64, ge=1)  # offline variants (SFT, DPO): pairs per step
+    batch_prompts: int = Field(16, ge=1, le=10_000)  # on-policy variants: prompts per step (x group_size samples)
+    group_size: int = Field(4, ge=2, le=100)  # RLOO samples per prompt
+    batch_pairs: int = Field(64, ge=1, le=10_000)  # offline variants (SFT, DPO): pairs per step
     lr: float = Field(1e-3, gt=0, le=1)
-    dpo_betas: tuple[float, ...] = (0.1, 0.5)
+    dpo_betas: tuple[KLCoefficient, ...] = (0.1, 0.5)
     kl_beta: float = Field(0.1, gt=0, le=100)  # RLHF's KL coefficient (= the first DPO beta: same optimum under the oracle reward)
     # The learned Bradley-Terry reward model that RLHF uses (trained on the same pairs as DPO).
-    reward_epochs: int = Field(8, ge=1)
+    reward_epochs: int = Field(8, ge=1, le=100)
     reward_lr: float = Field(1e-3, gt=0, le=1)
 
     @model_validator(mode="after")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
+
+LearningRate = Annotated[float, Field(gt=0.0, le=10.0)]
 
 
 class DataConfig(StrictModel):
@@ -21,8 +23,8 @@ class DataConfig(StrictModel):
     # features); every input is then scaled to norm sqrt(K), as in the precursor.
     n_features: int = Field(default=16, ge=4, le=256)
     test_fraction: float = Field(default=0.3, gt=0.0, lt=1.0)  # digits only (IDX has its own split)
-    max_train: int = Field(default=0, ge=0)  # 0 = all
-    max_test: int = Field(default=0, ge=0)
+    max_train: int = Field(default=0, ge=0, le=100_000)  # 0 = all
+    max_test: int = Field(default=0, ge=0, le=100_000)
 
     @model_validator(mode="after")
     def _idx_needs_dir(self) -> "DataConfig":
@@ -39,7 +41,7 @@ class NetConfig(StrictModel):
     n_meshes: int = Field(default=3, ge=1, le=8)
     threshold: float = Field(default=0.1, ge=0.0, le=1.0)  # real modReLU bias: sign(z) relu(|z| - b)
     hidden: int = Field(default=32, ge=1, le=4096)  # MLP width
-    n_classes: int = Field(default=10, ge=2)
+    n_classes: int = Field(default=10, ge=2, le=100)
 
 
 class ChipConfig(StrictModel):
@@ -56,26 +58,26 @@ class ChipConfig(StrictModel):
 class PretrainConfig(StrictModel):
     """Backprop on the ideal software twin before the chip is programmed."""
 
-    epochs: int = Field(default=10, ge=0)
-    lr: float = Field(default=0.01, gt=0.0)
-    batch_size: int = Field(default=100, ge=1)
+    epochs: int = Field(default=10, ge=0, le=100)
+    lr: float = Field(default=0.01, gt=0.0, le=10.0)
+    batch_size: int = Field(default=100, ge=1, le=10_000)
 
 
 class ZOConfig(StrictModel):
     """Zeroth-order training on the chip (names follow the precursor's ``zooptim.py``)."""
 
-    epochs: int = Field(default=20, ge=1)
-    batch_size: int = Field(default=100, ge=1)
-    n_probes: int = Field(default=16, ge=1)  # Q perturbations per minibatch (Q + 1 chip queries)
-    mu: float = Field(default=1e-3, gt=0.0)  # every probe moves theta by exactly mu in l2
-    lambda_s: float = Field(default=1.0, gt=0.0)  # estimate scale lambda_S / N
-    rho: float = Field(default=0.1, gt=0.0)  # damping of the trace-normalised Fisher
-    fisher_every: int = Field(default=10, ge=1)  # minibatches between covariance updates
+    epochs: int = Field(default=20, ge=1, le=1000)
+    batch_size: int = Field(default=100, ge=1, le=1000)
+    n_probes: int = Field(default=16, ge=1, le=500)  # Q perturbations per minibatch (Q + 1 chip queries)
+    mu: float = Field(default=1e-3, gt=0.0, le=10.0)  # every probe moves theta by exactly mu in l2
+    lambda_s: float = Field(default=1.0, gt=0.0, le=1e3)  # estimate scale lambda_S / N
+    rho: float = Field(default=0.1, gt=0.0, le=1e3)  # damping of the trace-normalised Fisher
+    fisher_every: int = Field(default=10, ge=1, le=1000)  # minibatches between covariance updates
     fisher_ema: float = Field(default=0.5, gt=0.0, le=1.0)  # C <- (1 - a) C + a F_hat
     normalize_blocks: bool = True  # rescale each block of a natural probe to unit RMS (precursor)
     optimizer: Literal["adam", "sgd"] = "adam"
     momentum: float = Field(default=0.9, ge=0.0, lt=1.0)  # sgd only
-    lr_grid: tuple[float, ...] = Field(default=(1e-3, 3e-3, 1e-2), min_length=1)  # best per optimiser
+    lr_grid: tuple[LearningRate, ...] = Field(default=(1e-3, 3e-3, 1e-2), min_length=1)  # best per optimiser
 
     @model_validator(mode="after")
     def _positive_lrs(self) -> "ZOConfig":
@@ -122,5 +124,5 @@ class Config(MethodConfig):
     pretrain: PretrainConfig = PretrainConfig()
     zo: ZOConfig = ZOConfig()
     n_seeds: int = Field(default=3, ge=1, le=32)  # runs use seeds seed, seed+1, ...
-    check_probes: int = Field(default=4096, ge=16)  # probes of the sampler check on the nominal model
+    check_probes: int = Field(default=4096, ge=16, le=50_000)  # probes of the sampler check on the nominal model
     accelerator: str = "cpu"  # Lightning accelerator of the training loops

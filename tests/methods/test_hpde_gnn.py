@@ -16,6 +16,7 @@ pytest.importorskip("torch_geometric")
 
 from models.hpde_gnn import SPEC  # noqa: E402
 from models.hpde_gnn.data import (  # noqa: E402
+    PlanetoidFormatError,
     csbm,
     edge_homophily,
     filter_regression,
@@ -244,25 +245,86 @@ def test_filter_regression_targets_are_exact_spectral_filters():
         np.testing.assert_allclose(np.linalg.norm(task[f"{op}_targets_hat"], axis=1), np.linalg.norm(task["targets"], axis=1), rtol=1e-4)
 
 
-def test_planetoid_loader_reads_official_raw_files(tmp_path):
-    """A 6-node Planetoid in PyG's raw format (ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index})."""
+def _write_planetoid(folder, name="tiny", protocol=pickle.DEFAULT_PROTOCOL, graph=None):
+    """A 6-node Planetoid in PyG's raw format under ``folder/raw``; returns the features and labels."""
+    import collections
+
     sp = pytest.importorskip("scipy.sparse")
-    raw = tmp_path / "raw"
-    raw.mkdir()
+    raw = folder / "raw"
+    raw.mkdir(parents=True)
     feats = np.arange(6 * 4, dtype=np.float32).reshape(6, 4)
     labels = np.eye(2)[[0, 1, 0, 1, 1, 0]]
+    if graph is None:  # the official files hold a defaultdict(list)
+        graph = collections.defaultdict(list, {0: [1, 2], 1: [0], 2: [0, 3, 2], 3: [2], 4: [5], 5: [4, 4]})
     parts = {
         "x": sp.csr_matrix(feats[:2]), "allx": sp.csr_matrix(feats[:4]), "tx": sp.csr_matrix(feats[[5, 4]]),
-        "y": labels[:2], "ally": labels[:4], "ty": labels[[5, 4]], "graph": {0: [1, 2], 1: [0], 2: [0, 3], 3: [2], 4: [5], 5: [4]},
+        "y": labels[:2], "ally": labels[:4], "ty": labels[[5, 4]], "graph": graph,
     }  # fmt: skip
-    for name, obj in parts.items():
-        with open(raw / f"ind.tiny.{name}", "wb") as fh:
-            pickle.dump(obj, fh)
-    (raw / "ind.tiny.test.index").write_text("5\n4\n")  # row i of tx/ty is node test.index[i]
+    for part, obj in parts.items():
+        with open(raw / f"ind.{name}.{part}", "wb") as fh:
+            pickle.dump(obj, fh, protocol=protocol)
+    (raw / f"ind.{name}.test.index").write_text("5\n4\n")  # row i of tx/ty is node test.index[i]
+    return feats, labels.argmax(1)
+
+
+# Protocol 0 and 2 pickles name builtins the Python 2 way (__builtin__, copy_reg), as the official files do.
+@pytest.mark.parametrize("protocol", [0, 2, pickle.DEFAULT_PROTOCOL])
+def test_planetoid_loader_reads_official_raw_files(tmp_path, protocol):
+    """Self-loops (2-2) and repeated edges (5-4 twice) are dropped; every edge appears in both directions."""
+    feats, labels = _write_planetoid(tmp_path, protocol=protocol)
     x, edge_index, y = load_planetoid(tmp_path, "tiny")
     np.testing.assert_array_equal(x, feats)
-    np.testing.assert_array_equal(y, [0, 1, 0, 1, 1, 0])
+    np.testing.assert_array_equal(y, labels)
+    assert edge_index.dtype == np.int64 and edge_index.shape[0] == 2
     assert sorted(map(tuple, edge_index.T.tolist())) == [(0, 1), (0, 2), (1, 0), (2, 0), (2, 3), (3, 2), (4, 5), (5, 4)]
+
+
+class _Payload:
+    """What a crafted ``ind.*`` file carries: unpickling it with the full unpickler runs a shell command."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("where", ["graph", "nested"])
+def test_planetoid_loader_refuses_a_payload_without_running_it(tmp_path, where):
+    marker = tmp_path / "payload_ran"
+    payload = _Payload(marker)
+    graph = payload if where == "graph" else {0: [1], 1: [0, payload]}
+    _write_planetoid(tmp_path / "crafted", graph=graph)
+    with pytest.raises(PlanetoidFormatError, match=r"ind\.tiny\.graph: refusing to unpickle (posix|os)\.system"):
+        load_planetoid(tmp_path / "crafted", "tiny")
+    assert not marker.exists()
+
+
+def test_planetoid_loader_names_a_missing_or_malformed_file(tmp_path):
+    _write_planetoid(tmp_path)
+    (tmp_path / "raw" / "ind.tiny.ty").unlink()
+    with pytest.raises(PlanetoidFormatError, match=r"ind\.tiny\.ty: missing"):
+        load_planetoid(tmp_path, "tiny")
+    (tmp_path / "raw" / "ind.tiny.ty").write_bytes(b"\x80\x04not a pickle")
+    with pytest.raises(PlanetoidFormatError, match=r"ind\.tiny\.ty: not a readable Planetoid pickle"):
+        load_planetoid(tmp_path, "tiny")
+
+
+def test_prepare_reads_planetoid_from_the_project_data_folder(tmp_path, monkeypatch):
+    """``data.planetoid_dir`` is relative to ``<PAPERLINE_ROOT>/data``; the graph replaces the CSBM levels."""
+    from models.hpde_gnn import pipeline
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    feats, labels = _write_planetoid(tmp_path / "data" / "planetoid" / "tiny")
+    cfg = SPEC.make_config("smoke", {"data.planetoid_dir": "planetoid/tiny", "data.planetoid_name": "tiny"})
+    (tmp_path / "out").mkdir()
+    ref = pipeline.prepare(cfg, tmp_path / "out")
+    levels = json.loads((ref.path / "levels.json").read_text())
+    assert [(lv["name"], lv["nodes"], lv["edges"]) for lv in levels] == [("tiny", 6, 4)]
+    graph = load_npz(ref.path / "tiny.npz")
+    np.testing.assert_array_equal(graph["x"], feats)
+    np.testing.assert_array_equal(graph["y"], labels)
+    assert ref.source == "real" and "data/planetoid/tiny" in ref.provenance
 
 
 # ----------------------------------------------------------------------------- pipeline

@@ -1,6 +1,7 @@
-"""No unpickling of arbitrary objects: every ``torch.load`` in the project passes
-``weights_only=True``; no ``pickle``/``joblib`` loads or ``allow_pickle=True``; checkpoints resume
-under ``weights_only=True``."""
+"""No unpickling of arbitrary objects: every ``torch.load`` in the project passes ``weights_only=True``;
+no ``pickle``/``joblib``/``dill`` loads, no ``allow_pickle=True``, no third-party reader that unpickles user
+files (torch_geometric's Planetoid reader); the one ``pickle.Unpickler`` (Planetoid's ``ind.*`` files) is an
+allow-list subclass overriding ``find_class``; checkpoints resume under ``weights_only=True``."""
 
 import ast
 from pathlib import Path
@@ -10,15 +11,37 @@ import pytest
 from tests.conftest import ROOT
 
 SOURCES = sorted(p for folder in ("models", "tasks", "flows") for p in (ROOT / folder).rglob("*.py"))
-UNSAFE_CALLS = {("pickle", "load"), ("pickle", "loads"), ("cloudpickle", "load"), ("cloudpickle", "loads"),
-                ("joblib", "load"), ("dill", "load"), ("dill", "loads")}
+# Calls that unpickle whatever the bytes say (dotted names after resolving `import x as y` / `from x import y`).
+UNSAFE_CALLS = {
+    f"{module}.{name}"
+    for module in ("pickle", "_pickle", "cloudpickle", "dill")
+    for name in ("load", "loads", "Unpickler")
+} | {"joblib.load", "pandas.read_pickle", "shelve.open"}
+# Third-party readers that call pickle.load on the files they are given.
+UNPICKLING_MODULES = ("torch_geometric.io.planetoid", "torch_geometric.datasets")
 
 
-def _calls(path: Path):
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            owner = node.func.value.id if isinstance(node.func.value, ast.Name) else None
-            yield node, owner, node.func.attr
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Local name -> dotted origin for every import in the module (at any depth)."""
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([aliases.get(node.id, node.id), *reversed(parts)])
 
 
 def _keyword(node: ast.Call, name: str):
@@ -28,24 +51,78 @@ def _keyword(node: ast.Call, name: str):
     return None
 
 
+def audit(source: str, where: str) -> list[str]:
+    """Every unsafe deserialisation in one module's source, as 'where:line: what'."""
+    tree = ast.parse(source, where)
+    aliases = _aliases(tree)
+    problems = []
+    for node in ast.walk(tree):
+        line = f"{where}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            modules += [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else []
+            if any(m == u or m.startswith(u + ".") for m in modules for u in UNPICKLING_MODULES):
+                problems.append(f"{line}: imports {', '.join(modules)}, whose readers pickle.load user files")
+        elif isinstance(node, ast.ClassDef):
+            bases = {_dotted(b, aliases) for b in node.bases}
+            overrides = any(isinstance(f, ast.FunctionDef) and f.name == "find_class" for f in node.body)
+            if bases & {"pickle.Unpickler", "_pickle.Unpickler"} and not overrides:
+                problems.append(f"{line}: {node.name} subclasses pickle.Unpickler without an allow-list find_class")
+        elif isinstance(node, ast.Call):
+            name = _dotted(node.func, aliases)
+            attr = node.func.attr if isinstance(node.func, ast.Attribute) else name
+            if name in UNSAFE_CALLS:
+                problems.append(f"{line}: {name} unpickles arbitrary objects")
+            if name == "torch.load" and _keyword(node, "weights_only") is not True:
+                problems.append(f"{line}: torch.load without weights_only=True")
+            if attr and attr.endswith("load") and _keyword(node, "allow_pickle") not in (None, False):
+                problems.append(f"{line}: allow_pickle={_keyword(node, 'allow_pickle')}")
+            if attr == "fit" and _keyword(node, "ckpt_path") is not None and _keyword(node, "weights_only") is None:
+                problems.append(f"{line}: Trainer.fit(ckpt_path=...) without weights_only")
+    return problems
+
+
 def test_sources_were_found():
     assert len(SOURCES) > 50
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_unsafe_deserialisation(path):
-    problems = []
-    for node, owner, attr in _calls(path):
-        where = f"{path.relative_to(ROOT)}:{node.lineno}"
-        if owner == "torch" and attr == "load" and _keyword(node, "weights_only") is not True:
-            problems.append(f"{where}: torch.load without weights_only=True")
-        if (owner, attr) in UNSAFE_CALLS:
-            problems.append(f"{where}: {owner}.{attr} unpickles arbitrary objects")
-        if attr == "load" and _keyword(node, "allow_pickle") is True:
-            problems.append(f"{where}: allow_pickle=True")
-        if attr == "fit" and _keyword(node, "ckpt_path") not in (None,) and _keyword(node, "weights_only") is None:
-            problems.append(f"{where}: Trainer.fit(ckpt_path=...) without weights_only")
+    problems = audit(path.read_text(), str(path.relative_to(ROOT)))
     assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    "code, problem",
+    [
+        ("import pickle\npickle.load(f)", "pickle.load unpickles"),
+        ("import pickle as pk\npk.loads(b)", "pickle.loads unpickles"),
+        ("from pickle import load\nload(f)", "pickle.load unpickles"),
+        ("import pickle\npickle.Unpickler(f).load()", "pickle.Unpickler unpickles"),
+        ("import pickle\nclass U(pickle.Unpickler):\n    pass", "without an allow-list find_class"),
+        ("import torch\ntorch.load(p)", "torch.load without weights_only=True"),
+        ("from torch import load\nload(p, weights_only=False)", "torch.load without weights_only=True"),
+        ("import numpy as np\nnp.load(p, allow_pickle=True)", "allow_pickle=True"),
+        ("import pandas as pd\npd.read_pickle(p)", "pandas.read_pickle unpickles"),
+        ("import joblib\njoblib.load(p)", "joblib.load unpickles"),
+        # What hpde_gnn's Planetoid loader did: torch_geometric's read_file pickle.loads the ind.* files.
+        ("from torch_geometric.io.planetoid import read_file", "whose readers pickle.load user files"),
+        ("from torch_geometric.datasets import Planetoid", "whose readers pickle.load user files"),
+    ],
+)
+def test_the_audit_catches(code, problem):
+    found = audit(code, "snippet.py")
+    assert len(found) == 1 and problem in found[0], found
+
+
+def test_the_audit_admits_the_safe_forms():
+    code = (
+        "import pickle\nimport numpy as np\nimport torch\n"
+        "class Restricted(pickle.Unpickler):\n    def find_class(self, module, name):\n        raise KeyError\n"
+        "Restricted(f).load()\ntorch.load(p, weights_only=True)\nnp.load(p)\nnp.load(p, allow_pickle=False)\n"
+        "pickle.dumps(obj)\n"
+    )
+    assert audit(code, "snippet.py") == []
 
 
 def test_an_object_in_a_checkpoint_is_refused_not_unpickled(tmp_path, capfd):
