@@ -22,19 +22,35 @@ class PaperlineModel(mlflow.pyfunc.PythonModel):
     def load_context(self, context) -> None:
         from models.registry import get
 
-        spec = get(context.model_config["method"])
+        self.method = context.model_config["method"]
+        self.expected = context.model_config.get("input")  # also the version's MLflow signature, if any
+        spec = get(self.method)
         cfg = spec.config.model_validate_json(Path(context.artifacts["config"]).read_text())
         self.model = spec.module().load_model(cfg, Path(context.artifacts["model_dir"]))
 
-    # An ndarray hint tells MLflow not to infer a schema (the models take plain arrays).
+    # An ndarray hint tells MLflow not to infer a schema from type hints (the signature, where logged, says it).
     def predict(self, context, model_input: np.ndarray, params=None):
         import torch
 
+        x = self._checked(np.asarray(model_input))
         if isinstance(self.model, torch.nn.Module):
             with torch.no_grad():
-                out = self.model(torch.as_tensor(np.asarray(model_input), dtype=torch.float32))
+                out = self.model(torch.as_tensor(x, dtype=torch.float32))
             return out.numpy() if isinstance(out, torch.Tensor) else out
-        return self.model.predict(np.asarray(model_input))
+        return self.model.predict(x)
+
+    def _checked(self, x: np.ndarray) -> np.ndarray:
+        """Refuse what the model would silently reshape or round (the signature does too, through pyfunc)."""
+        if x.dtype.kind not in "biuf":
+            raise TypeError(f"paperline.{self.method} takes a numeric array, not dtype {x.dtype}")
+        if self.expected is None:
+            return x
+        shape, dtype = tuple(self.expected["shape"]), np.dtype(self.expected["dtype"])
+        if x.ndim != len(shape) or any(n not in (-1, m) for n, m in zip(shape, x.shape)):
+            raise ValueError(f"paperline.{self.method} takes an array of shape {shape} (-1: any), not {x.shape}")
+        if dtype.kind in "iu" and x.dtype.kind not in "iu":
+            raise TypeError(f"paperline.{self.method} takes {dtype} values, not {x.dtype} (floats are not rounded)")
+        return x
 
 
 mlflow.models.set_model(PaperlineModel())

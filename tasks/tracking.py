@@ -301,17 +301,41 @@ def log_model(root: Path, run_id: str, spec: MethodSpec, cfg: MethodConfig, mode
     import mlflow
 
     client(root)  # sets the tracking URI
+    expected = input_spec(spec.module().load_model(cfg, Path(model_dir)))
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "config.json"
         config.write_text(cfg.model_dump_json(indent=1))
         with _quiet_model_logging(), mlflow.start_run(run_id=run_id, nested=False, log_system_metrics=False):
             info = mlflow.pyfunc.log_model(
-                name="model", python_model=str(MODEL_CODE), model_config={"method": spec.slug},
+                name="model", python_model=str(MODEL_CODE),
+                model_config={"method": spec.slug, **({"input": expected} if expected else {})},
                 artifacts={"model_dir": str(model_dir), "config": str(config)},
-                pip_requirements=PIP_REQUIREMENTS, registered_model_name=registered_name(spec),
+                signature=_signature(expected), pip_requirements=PIP_REQUIREMENTS,
+                registered_model_name=registered_name(spec),
             )
     # log_model's start_run context ended the run FINISHED; publish sets the final status.
     return str(info.registered_model_version)
+
+
+def input_spec(model) -> dict | None:
+    """The one array a registered model's ``predict`` takes, ``{"dtype", "shape"}`` (-1: any length), read
+    from what the method's model exposes; None where it takes no single fixed-shape array."""
+    declared = getattr(model, "input_spec", None)
+    if declared is not None:  # a model declares it as (dtype, shape), e.g. sleeping_rl's GreedyPolicy
+        dtype, shape = declared
+        return {"dtype": str(dtype), "shape": [int(n) for n in shape]}
+    return None
+
+
+def _signature(expected: dict | None):
+    """An MLflow signature enforcing ``expected`` before ``predict`` runs (shape and exact dtype)."""
+    if expected is None:
+        return None
+    import numpy as np
+    from mlflow.models import ModelSignature
+    from mlflow.types import Schema, TensorSpec
+
+    return ModelSignature(inputs=Schema([TensorSpec(np.dtype(expected["dtype"]), tuple(expected["shape"]))]))
 
 
 @contextlib.contextmanager

@@ -280,6 +280,10 @@ class GreedyPolicy:
     (UCBVI) one ignores the mask.
     """
 
+    # What predict takes, for the registered version's MLflow signature: integer rows of width 3
+    # (a float would be truncated to a state index, a wrong width reshaped).
+    input_spec = ("int64", (-1, 3))
+
     def __init__(self, q_table: np.ndarray, uses_availability: bool, name: str = "") -> None:
         self.q_table = np.asarray(q_table, dtype=float)  # (H, S, A)
         self.uses_availability = bool(uses_availability)

@@ -54,6 +54,24 @@ def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project)
     rows = np.array([[h, s, m] for h in range(2) for s in range(3) for m in (1, 2, 3)])
     own = spec.module().load_model(spec.make_config("smoke"), project / "outputs" / SLUG / "model")
     np.testing.assert_array_equal(model.predict(rows), own.predict(rows))
+    # Rows are (stage, state, mask) integers, enforced by the version's signature: the policy itself would
+    # read a (3, 2) array as 2 rows of 3 and round 1.7 down to 1.
+    from mlflow.exceptions import MlflowException
+
+    schema = model.metadata.get_input_schema()
+    assert schema.is_tensor_spec() and schema.numpy_types() == [np.dtype("int64")]
+    assert schema.inputs[0].shape == (-1, 3)
+    with pytest.raises(MlflowException, match=r"Shape of input \(3, 2\) does not match expected shape \(-1, 3\)"):
+        model.predict(rows[:3, :2].copy())
+    with pytest.raises(MlflowException, match="dtype of input float64 does not match expected dtype int64"):
+        model.predict(rows + 0.7)
+    # The same checks without MLflow in between (the wrapper itself, as a pyfunc server would call it).
+    wrapper = model.unwrap_python_model()
+    with pytest.raises(ValueError, match=r"paperline.sleeping_rl takes an array of shape \(-1, 3\)"):
+        wrapper.predict(None, rows.reshape(-1)[:6].reshape(3, 2))
+    with pytest.raises(TypeError, match="floats are not rounded"):
+        wrapper.predict(None, rows + 0.7)
+    np.testing.assert_array_equal(wrapper.predict(None, rows), own.predict(rows))
     local = Path(mlflow.artifacts.download_artifacts(f"models:/{name}@champion"))
     files = {p.relative_to(local).as_posix() for p in local.rglob("*") if p.is_file()}
     assert "registered_model.py" in files and any(f.endswith("config.json") for f in files), files
