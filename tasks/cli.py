@@ -7,6 +7,9 @@ torch load when a command needs them, so ``paperline --help`` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
 import textwrap
 import time
@@ -55,6 +58,9 @@ def _validate_run(args: argparse.Namespace):
         raise ValueError("--runner dask runs several methods in parallel; use it with --all")
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: expected at least 1")
+    from models.common import runtime
+
+    runtime.check_environment()  # a bad PAPERLINE_* variable would otherwise fail inside an opened run
     root = env.project_root()
     for spec in specs:
         build_config(spec, args.scale, overrides)
@@ -84,22 +90,23 @@ def cmd_run(args: argparse.Namespace) -> int:
     from tasks import report
 
     started = time.perf_counter()
-    if args.all:
-        import contextlib
-        import os
-
-        # Local Dask workers must report to one Prefect API: a temporary server shared by all, unless one runs.
-        shared = (servers.shared_temporary_prefect()
-                  if args.runner == "dask" and not args.dask_address and not os.environ.get("PREFECT_API_URL")
-                  else contextlib.nullcontext())
-        with shared:
-            results = all_methods(methods, Scale(args.scale), runner=args.runner, dask_address=args.dask_address,
-                                  dask_workers=args.workers)
-    else:
-        try:
-            results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
-        except Exception as exc:
-            results = [{"method": methods[0], "error": f"{type(exc).__name__}: {exc}", "run_id": None}]
+    # One temporary Prefect server in its own session, shared with local Dask workers, unless one runs
+    # (a remote Dask cluster cannot reach this machine's loopback: Prefect's own per-process default).
+    shared = (servers.shared_temporary_prefect()
+              if not args.dask_address and not os.environ.get("PREFECT_API_URL") else contextlib.nullcontext())
+    try:
+        with _terminate_as_exit(), shared:
+            if args.all:
+                results = all_methods(methods, Scale(args.scale), runner=args.runner,
+                                      dask_address=args.dask_address, dask_workers=args.workers)
+            else:
+                try:
+                    results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
+                except Exception as exc:
+                    results = [{"method": methods[0], "error": f"{type(exc).__name__}: {exc}", "run_id": None}]
+    except (KeyboardInterrupt, SystemExit):
+        _drop_staging(root, methods)
+        raise
     print("\n" + report.text_table(results))
     print(f"\n{len(results)} method(s) in {time.perf_counter() - started:.1f} s; "
           f"MLflow: {_mlflow_hint(root)}")
@@ -114,6 +121,53 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(SystemExit):
+    """SIGTERM as an exception: the flow records its failure and the temporary server stops."""
+
+
+@contextlib.contextmanager
+def _terminate_as_exit():
+    """Turn SIGTERM into ``Terminated`` while a run is in progress (Python's default ends the process
+    at once, leaving the temporary Prefect server running and the MLflow run open)."""
+    def handler(signum, frame):
+        raise Terminated(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: leave signals to whoever owns them
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _drop_staging(root: Path, methods: list[str]) -> None:
+    """Remove the half-written ``*.partial`` folders an interrupted run left (unless another run of
+    the method holds its lock and may be writing them right now)."""
+    import shutil
+
+    from filelock import FileLock, Timeout
+
+    from models.registry import get
+    from tasks.steps import Layout
+
+    for slug in methods:
+        layout = Layout(root, get(slug))
+        lock = FileLock(str(env.state_dir(root) / "locks" / f"{slug}.lock"))  # steps.method_lock's file
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        try:
+            for staging in (layout.data_dir.with_name(layout.data_dir.name + ".partial"),
+                            layout.out_dir / "model.partial"):
+                shutil.rmtree(staging, ignore_errors=True)
+        finally:
+            lock.release()
+
+
 def _mlflow_hint(root: Path) -> str:
     from tasks import tracking
 
@@ -124,13 +178,15 @@ def cmd_stage(args: argparse.Namespace) -> int:
     """What a DVC stage runs: one step of one method with params.yaml's config."""
     from models.base import DatasetError
     from models.registry import UnknownMethodError, get
+    from models.common import runtime
     from tasks.config import ConfigError, config_from_params
 
     root = env.project_root()
     try:
         spec = get(args.method)
         cfg = config_from_params(root, spec.slug)
-    except (ConfigError, UnknownMethodError) as exc:
+        runtime.check_environment()
+    except (ConfigError, UnknownMethodError, ValueError) as exc:
         return _fail(str(exc))
     env.make_state_dirs(root)
     from tasks import steps
@@ -219,10 +275,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _skip_dead_servers(root: Path) -> None:
+    """Read the local store when the recorded MLflow server is stale or does not answer (its records
+    are the same SQLite file), and bound every MLflow call: status never waits on a dead server."""
+    from tasks import servers, tracking
+
+    for name, state in servers.check(root).items():
+        if state != "up":
+            print(f"paperline: the {name} server in .paperline/servers.json is {state}; ignoring it "
+                  "(`paperline down` clears the record)", file=sys.stderr)
+            if name == "mlflow":
+                os.environ.setdefault("MLFLOW_TRACKING_URI", tracking.local_uri(root))
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "20")
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     from tasks import overview
 
     root = env.project_root()
+    _skip_dead_servers(root)
     items = overview.collect(root)
     if args.json:
         import json
@@ -238,6 +310,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tasks import overview
 
     root = env.project_root()
+    _skip_dead_servers(root)
     path = overview.write_report(root, log_to_mlflow=not args.no_mlflow)
     print(f"report: {path}")
     return 0
@@ -300,7 +373,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     env.configure()
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:  # the run is already marked FAILED and the temporary server stopped
+        print("paperline: interrupted", file=sys.stderr)
+        return 130
+    except Terminated as exc:
+        print("paperline: terminated", file=sys.stderr)
+        return exc.code
 
 
 if __name__ == "__main__":

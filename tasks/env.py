@@ -41,12 +41,34 @@ TELEMETRY_OFF = {
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
 }
 
+SERVER_HARDENING = {
+    # Every Prefect server this project starts (temporary ones included) wants a CSRF token for state
+    # changes; Prefect's client and UI fetch one, a foreign web page cannot read it.
+    "PREFECT_SERVER_CSRF_PROTECTION_ENABLED": "true",
+}
+
+ALLOWED_HOSTS_VAR = "PAPERLINE_PREFECT_ALLOWED_HOSTS"
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
+
+def prefect_server_env(host: str, port: int) -> dict[str, str]:
+    """Settings for a Prefect server at ``host:port``: cross-origin calls only from its own UI's origin,
+    CSRF tokens, and (read by ``tasks.servers.prefect_app``) the Host names it answers. The user's own
+    values win. A non-loopback bind (``--allow-remote``) answers any Host: its names are unknown here."""
+    names = LOOPBACK_NAMES if host == "127.0.0.1" else (host,)
+    defaults = {
+        "PREFECT_SERVER_CORS_ALLOWED_ORIGINS": ",".join(f"http://{name}:{port}" for name in names),
+        "PREFECT_SERVER_CSRF_PROTECTION_ENABLED": "true",
+        ALLOWED_HOSTS_VAR: ",".join(LOOPBACK_NAMES) if host == "127.0.0.1" else "*",
+    }
+    return {key: os.environ.get(key, value) for key, value in defaults.items()}
+
 
 def configure(root: Path | None = None) -> Path:
     """Set telemetry switches and state folders (without overriding the user's own values)."""
     root = root or project_root()
     state = state_dir(root)
-    for key, value in TELEMETRY_OFF.items():
+    for key, value in {**TELEMETRY_OFF, **SERVER_HARDENING}.items():
         os.environ.setdefault(key, value)
     folders = {
         "PREFECT_HOME": state / "prefect",

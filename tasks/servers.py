@@ -1,4 +1,10 @@
-"""``paperline up`` / ``down``: the Prefect and MLflow servers on loopback, by recorded PID."""
+"""``paperline up`` / ``down``: the Prefect and MLflow servers on loopback, by recorded PID.
+
+A record is trusted only while its PID is still the process ``up`` started (same command line and
+start time): a PID reused by another program is never signalled. Prefect's server runs behind a
+Host check (Prefect 3.9 has none; its CORS list and CSRF tokens come from :func:`env.prefect_server_env`),
+so neither a foreign web page nor a DNS-rebound name can drive the loopback API.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -17,14 +24,14 @@ from typing import Iterator
 from tasks import env
 
 LOOPBACK = "127.0.0.1"
+PROBE_SECONDS = 3.0  # a loopback health check answers in milliseconds; longer means the server is stuck
 
 
 def _record(root: Path) -> Path:
     return env.state_dir(root) / "servers.json"
 
 
-def running(root: Path) -> dict[str, dict]:
-    """Servers started by ``paperline up`` that are still alive, by name."""
+def _records(root: Path) -> dict[str, dict]:
     path = _record(root)
     if not path.is_file():
         return {}
@@ -32,7 +39,78 @@ def running(root: Path) -> dict[str, dict]:
         record = json.loads(path.read_text())
     except json.JSONDecodeError:
         return {}
-    return {name: info for name, info in record.items() if env.pid_alive(int(info["pid"]))}
+    return record if isinstance(record, dict) else {}
+
+
+def identity(pid: int) -> dict | None:
+    """Command line and start of process ``pid``; None once it is gone (or a zombie). The start is the
+    kernel's tick count since boot where /proc has it: a wall-clock time shifts when the clock is set."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        cmdline = proc.cmdline()
+        try:
+            started = "ticks:" + Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        except (OSError, IndexError):
+            started = f"time:{proc.create_time():.1f}"
+        return {"cmdline": cmdline, "started": started}
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
+def _identity_once_started(pid: int, cmd: list[str], timeout: float = 10.0) -> dict:
+    """The identity of a process just started with ``cmd``: Popen returns while the kernel may still
+    be setting up the new program, when its command line reads empty, so wait until it shows ``cmd``'s
+    arguments (a console script's shows its interpreter first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = identity(pid)
+        shown = now["cmdline"] if now else []
+        if now is None or (shown and shown[len(shown) - len(cmd) + 1:] == cmd[1:]) or time.monotonic() > deadline:
+            return now or {}
+        time.sleep(0.05)
+
+
+def _pid(info: object) -> int | None:
+    try:
+        return int(info["pid"])  # type: ignore[index]
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def is_ours(info: dict) -> bool:
+    """Whether the record's PID is still the process that was started (not a reused PID)."""
+    pid = _pid(info)
+    now = identity(pid) if pid else None
+    return now is not None and info.get("cmdline") == now["cmdline"] and info.get("started") == now["started"]
+
+
+def _healthy(info: dict, timeout: float = PROBE_SECONDS) -> bool:
+    try:
+        with urllib.request.urlopen(info["url"] + info["health"], timeout=timeout) as resp:
+            return resp.status == 200
+    except (OSError, KeyError, ValueError):
+        return False
+
+
+def running(root: Path) -> dict[str, dict]:
+    """Servers started by ``paperline up`` that are still those very processes, by name."""
+    return {name: info for name, info in _records(root).items() if isinstance(info, dict) and is_ours(info)}
+
+
+def check(root: Path) -> dict[str, str]:
+    """Each recorded server's state, without waiting on it: ``up``, ``unresponsive`` (its health
+    check did not answer within PROBE_SECONDS), ``stale`` (the PID is gone or another process)."""
+    states = {}
+    for name, info in _records(root).items():
+        if not isinstance(info, dict) or not is_ours(info):
+            states[name] = "stale"
+        else:
+            states[name] = "up" if _healthy(info) else "unresponsive"
+    return states
 
 
 def port_free(host: str, port: int) -> bool:
@@ -60,6 +138,13 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float) -
     raise TimeoutError(f"{url} did not answer within {timeout:.0f} s; see {log}")
 
 
+def _uvicorn_prefect(host: str, port: int, *extra: str) -> list[str]:
+    """Prefect's server as ``prefect server start`` runs it, but built by :func:`prefect_app`."""
+    return [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(__file__).resolve().parents[1]),
+            "--factory", "tasks.servers:prefect_app", "--host", host, "--port", str(port), "--lifespan", "on",
+            *extra]
+
+
 def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: int = 5000,
        timeout: float = 300.0) -> dict[str, dict]:
     """Start both servers (unless already up), wait for their health checks, record PIDs."""
@@ -75,7 +160,8 @@ def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: 
     bin_dir = Path(sys.executable).parent
     commands = {
         "prefect": (
-            [str(bin_dir / "prefect"), "server", "start", "--host", host, "--port", str(prefect_port)],
+            _uvicorn_prefect(host, prefect_port, "--timeout-keep-alive", "5", "--log-level",
+                             os.environ.get("PREFECT_SERVER_LOGGING_LEVEL", "warning").lower()),
             prefect_port, "/api/health", f"http://{host}:{prefect_port}",
         ),
         "mlflow": (
@@ -96,11 +182,13 @@ def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: 
         server_env = os.environ.copy()
         if name == "prefect":
             # The UI's browser code calls this URL; its default is port 4200 whatever --port says.
-            server_env["PREFECT_UI_API_URL"] = f"{url}/api"
+            server_env.update(env.prefect_server_env(host, port), PREFECT_UI_API_URL=f"{url}/api",
+                              PREFECT__SERVER_FINAL="1")
         proc = subprocess.Popen(cmd, cwd=root, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
                                 start_new_session=True, env=server_env)
         procs[name] = (proc, url + health, log)
-        started[name] = {"pid": proc.pid, "url": url, "host": host, "port": port, "log": str(log)}
+        started[name] = {"pid": proc.pid, "url": url, "health": health, "host": host, "port": port,
+                         "log": str(log), **_identity_once_started(proc.pid, cmd)}
         _record(root).write_text(json.dumps(started, indent=2))
     for name, (proc, health_url, log) in procs.items():
         try:
@@ -112,29 +200,41 @@ def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: 
 
 
 def down(root: Path, timeout: float = 20.0) -> list[str]:
-    """Stop exactly the process groups ``up`` started (SIGTERM, then SIGKILL)."""
+    """Stop exactly the process groups ``up`` started (SIGTERM, then SIGKILL); a record whose PID
+    now belongs to another process is dropped without signalling anything."""
     path = _record(root)
-    if not path.is_file():
-        return []
-    record = json.loads(path.read_text())
     stopped = []
-    for name, info in record.items():
-        pid = int(info["pid"])
-        if not env.pid_alive(pid):
+    for name, info in _records(root).items():
+        pid = _pid(info)
+        if not pid or not is_ours(info):
+            if pid and identity(pid) is not None:
+                print(f"paperline: {name}: pid {pid} is not the server `paperline up` started (a reused PID, "
+                      "or a record without its start time); left alone", file=sys.stderr)
             continue
         try:
             os.killpg(pid, signal.SIGTERM)  # the group we created with start_new_session
         except ProcessLookupError:
             continue
         deadline = time.monotonic() + timeout
-        while env.pid_alive(pid) and time.monotonic() < deadline:
+        while _group_alive(pid) and time.monotonic() < deadline:  # the server's worker processes too
             _reap(pid)
             time.sleep(0.2)
-        if env.pid_alive(pid):
-            os.killpg(pid, signal.SIGKILL)
+        if _group_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
         stopped.append(name)
     path.unlink(missing_ok=True)
     return stopped
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _reap(pid: int) -> None:
@@ -144,39 +244,99 @@ def _reap(pid: int) -> None:
         pass
 
 
+PARENT_VAR = "PAPERLINE_SERVER_PARENT_PID"
+
+
+def prefect_app():
+    """uvicorn factory: Prefect's server app behind a Host check (Prefect itself checks no Host, so a
+    DNS-rebound name reached the loopback API). Allowed names: ``PAPERLINE_PREFECT_ALLOWED_HOSTS``."""
+    from prefect.server.api.server import create_app
+    from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+    parent = os.environ.get(PARENT_VAR, "")
+    if parent.isdigit():
+        _stop_with_parent(int(parent))
+    hosts = [h.strip() for h in os.environ.get(env.ALLOWED_HOSTS_VAR, "127.0.0.1,localhost").split(",") if h.strip()]
+    return TrustedHostMiddleware(create_app(), allowed_hosts=hosts, www_redirect=False)
+
+
+def _stop_with_parent(parent: int) -> None:
+    """A temporary server runs in its own session (a Ctrl-C meant for the CLI must not kill it mid-run),
+    so it ends itself once the process that started it is gone, even after a SIGKILL."""
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's graceful shutdown
+
+    threading.Thread(target=watch, name="paperline-parent-watch", daemon=True).start()
+
+
+def _temporary_server():
+    """Prefect's ``SubprocessASGIServer`` started our way: own session, Host check, hardened settings."""
+    from prefect.server.api.server import SubprocessASGIServer
+    from prefect.settings import get_current_settings
+
+    class TemporaryServer(SubprocessASGIServer):
+        _instances: dict = {}  # not shared with Prefect's own temporary servers
+
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            server_env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
+                          "PREFECT__SERVER_FINAL": "1",
+                          **get_current_settings().to_environment_variables(exclude_unset=True),
+                          **env.prefect_server_env(LOOPBACK, self.port), PARENT_VAR: str(os.getpid())}
+            return subprocess.Popen(_uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"),
+                                    env=server_env, start_new_session=True)
+
+    return TemporaryServer()
+
+
 @contextlib.contextmanager
 def shared_temporary_prefect() -> Iterator[str]:
     """One temporary Prefect server for this process *and* the worker processes it starts.
 
     Without a server, Prefect starts a temporary one per process: each Dask worker then ran its own,
     and a worker's sub-flow lost its API half-way ("Connection refused"). The URL goes into the
-    environment (inherited by the workers) and into this process's settings; the server stops on exit."""
-    from prefect.server.api.server import SubprocessASGIServer
+    environment (inherited by the workers) and into this process's settings; the server stops on exit.
+    It runs in its own session: a Ctrl-C reaches the CLI (which marks its runs and stops the server
+    here) but not the server, which the interrupted flow still needs to record its final state."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    server = SubprocessASGIServer()
-    server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
+    server = _temporary_server()
     previous = os.environ.get("PREFECT_API_URL")
-    os.environ["PREFECT_API_URL"] = server.api_url
     try:
+        server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
+        os.environ["PREFECT_API_URL"] = server.api_url
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
-        from prefect.logging.handlers import APILogWorker
+        try:
+            from prefect.events.worker import EventsWorker
+            from prefect.logging.handlers import APILogWorker
 
-        APILogWorker.drain_all(timeout=5)  # queued run logs reach the server before it stops
-        if previous is None:
-            os.environ.pop("PREFECT_API_URL", None)
-        else:
-            os.environ["PREFECT_API_URL"] = previous
-        server.stop()
+            # Queued run logs and events reach the server before it stops (nothing retries a dead API at exit).
+            APILogWorker.drain_all(timeout=5)
+            EventsWorker.drain_all(timeout=5)
+        finally:
+            if previous is None:
+                os.environ.pop("PREFECT_API_URL", None)
+            else:
+                os.environ["PREFECT_API_URL"] = previous
+            server.stop()
 
 
 def use_running_servers(root: Path) -> dict[str, dict]:
-    """Point this process at the servers ``paperline up`` started, so runs show in both UIs."""
+    """Point this process at the servers ``paperline up`` started, so runs show in both UIs; a
+    recorded server that is stale or does not answer is reported and not used."""
     current = running(root)
-    if "prefect" in current:
-        os.environ.setdefault("PREFECT_API_URL", current["prefect"]["url"] + "/api")
-    if "mlflow" in current:
-        os.environ.setdefault("MLFLOW_TRACKING_URI", current["mlflow"]["url"])
-    return current
+    usable = {}
+    for name, info in current.items():
+        if _healthy(info):
+            usable[name] = info
+        else:
+            print(f"paperline: the {name} server at {info['url']} (pid {info['pid']}) does not answer; "
+                  "not using it (`paperline down` stops it)", file=sys.stderr)
+    if "prefect" in usable:
+        os.environ.setdefault("PREFECT_API_URL", usable["prefect"]["url"] + "/api")
+    if "mlflow" in usable:
+        os.environ.setdefault("MLFLOW_TRACKING_URI", usable["mlflow"]["url"])
+    return usable

@@ -6,7 +6,9 @@ import contextlib
 import math
 import os
 import re
+import time
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -73,6 +75,17 @@ def trainer_settings() -> dict[str, object]:
     return settings
 
 
+def hardware_settings(requested: dict[str, object]) -> dict[str, object]:
+    """The Trainer's hardware for one ``fit``: ``trainer_settings()``, where a method's own choice
+    (``requested``: its ``accelerator``, ``devices``, ... e.g. a config's ``accelerator="cpu"``) fills
+    in only what the environment leaves unset. ``PAPERLINE_ACCELERATOR=gpu`` reaches every method."""
+    settings = trainer_settings()
+    for key, var in TRAINER_ENV.items():
+        if key in requested and not os.environ.get(var, "").strip():
+            settings[key] = requested[key]
+    return settings
+
+
 def checkpoint_seconds() -> float:
     """How often a training fit checkpoints, at most: ``PAPERLINE_CHECKPOINT_SECONDS`` (default 30).
 
@@ -88,24 +101,59 @@ def checkpoint_seconds() -> float:
     return value
 
 
-_CHECKPOINTS: ContextVar[tuple[Path, list[int]] | None] = ContextVar("paperline_checkpoints", default=None)
+@dataclass
+class CheckpointSession:
+    """The checkpoints of one train step: its folder, how many ``fit`` calls it has made, and when any of
+    them last saved (the ``PAPERLINE_CHECKPOINT_SECONDS`` period counts across all of its fits)."""
+
+    folder: Path
+    calls: int = 0
+    last_save: float = field(default_factory=lambda: time.monotonic())  # looked up at each call (tests fake it)
+
+
+_CHECKPOINTS: ContextVar[CheckpointSession | None] = ContextVar("paperline_checkpoints", default=None)
 
 
 @contextlib.contextmanager
 def checkpointing(folder: Path) -> Iterator[None]:
     """Checkpoint and resume every Lightning ``fit`` made inside this block under ``folder``."""
-    token = _CHECKPOINTS.set((Path(folder), [0]))
+    token = _CHECKPOINTS.set(CheckpointSession(Path(folder)))
     try:
         yield
     finally:
         _CHECKPOINTS.reset(token)
 
 
+def checkpoint_session() -> CheckpointSession | None:
+    """The enclosing ``checkpointing`` block's state, or None outside one."""
+    return _CHECKPOINTS.get()
+
+
 def checkpoint_dir(variant: str) -> Path | None:
     """The folder for the next ``fit`` call's checkpoints, or None outside ``checkpointing``."""
-    state = _CHECKPOINTS.get()
-    if state is None:
+    session = _CHECKPOINTS.get()
+    if session is None:
         return None
-    folder, counter = state
-    counter[0] += 1  # fit calls happen in the same order on a rerun: the index names the call
-    return folder / f"{counter[0]:03d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', variant)}"
+    session.calls += 1  # fit calls happen in the same order on a rerun: the index names the call
+    return session.folder / f"{session.calls:03d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', variant)}"
+
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")  # Lightning's accelerator names
+
+
+def check_environment() -> None:
+    """Raise ``ValueError`` naming the first ``PAPERLINE_*`` variable the readers above (or Lightning)
+    would reject once training starts, so the CLI can refuse it before a run is opened."""
+    settings = trainer_settings()
+    accelerator = os.environ.get("PAPERLINE_ACCELERATOR", "").strip()
+    if accelerator and accelerator not in ACCELERATORS:
+        raise ValueError(f"PAPERLINE_ACCELERATOR={accelerator!r}: expected one of {', '.join(ACCELERATORS)}")
+    devices = settings["devices"]
+    indices = str(devices).strip("[]").split(",") if isinstance(devices, str) and devices != "auto" else []
+    if (isinstance(devices, int) and devices < 1) or any(not i.strip().isdigit() for i in indices):
+        raise ValueError(f"PAPERLINE_DEVICES={os.environ['PAPERLINE_DEVICES'].strip()!r}: expected a positive "
+                         "integer, 'auto' or a device list like '0,1'")
+    checkpoint_seconds()
+    threads = os.environ.get("PAPERLINE_THREADS", "1").strip()
+    if not threads.isdigit() or int(threads) < 1:
+        raise ValueError(f"PAPERLINE_THREADS={threads!r}: expected a positive integer")

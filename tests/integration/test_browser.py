@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 
 import pytest
 
@@ -54,11 +55,18 @@ def _cli(env, *args, timeout=600) -> str:
 class Api:
     def __init__(self, url: str) -> None:
         self.url = url
+        self.csrf_client = str(uuid.uuid4())
+        self.csrf_token: str | None = None
 
     def __call__(self, method: str, path: str, body=None):
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"content-type": "application/json"})
+        headers = {"content-type": "application/json"}
+        if method != "GET":
+            # The server wants a CSRF token for state changes; the UI and Prefect's client fetch one the same way.
+            if self.csrf_token is None:
+                self.csrf_token = self("GET", f"/csrf-token?client={self.csrf_client}")["token"]
+            headers.update({"Prefect-Csrf-Token": self.csrf_token, "Prefect-Csrf-Client": self.csrf_client})
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"null")
 

@@ -15,6 +15,16 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+@pytest.fixture(autouse=True)
+def own_state(tmp_path, monkeypatch):
+    """The servers keep their state in the test's project, not the checkout's ``.paperline/``."""
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    for key, folder in {"PREFECT_HOME": "prefect", "DVC_SITE_CACHE_DIR": "dvc-site", "MPLCONFIGDIR": "mpl"}.items():
+        monkeypatch.setenv(key, str(tmp_path / ".paperline" / folder))
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -65,3 +75,57 @@ def test_remote_bind_needs_explicit_flag(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "--allow-remote" in proc.stderr
     assert not (tmp_path / ".paperline").exists()
+
+
+def _status(url: str, method: str = "GET", headers: dict | None = None, body: bytes | None = None):
+    """(status code, response headers) of one request; HTTP errors are answers too."""
+    req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as exc:
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}
+
+
+def test_servers_refuse_foreign_origins_and_hosts(tmp_path):
+    """A web page from another origin, or a DNS-rebound name, cannot drive the loopback APIs; Prefect's
+    own client (and so the UI's Run button) still can."""
+    pp, mp = _free_port(), _free_port()
+    prefect, mlflow = f"http://127.0.0.1:{pp}", f"http://127.0.0.1:{mp}"
+    evil = {"Origin": "http://evil.example"}
+    json_type = {"content-type": "application/json"}
+    try:
+        servers.up(tmp_path, prefect_port=pp, mlflow_port=mp)
+        # Host check (DNS rebinding: the browser sends the attacker's name).
+        assert _status(f"{prefect}/api/health", headers={"Host": f"evil.example:{pp}"})[0] == 400
+        assert _status(f"{mlflow}/api/2.0/mlflow/experiments/search", "POST", {"Host": f"evil.example:{mp}",
+                       **json_type}, b"{}")[0] == 403
+        # CORS: a foreign origin gets no preflight and may not read answers (a CSRF token included).
+        code, headers = _status(f"{prefect}/api/deployments/filter", "OPTIONS", {
+            **evil, "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type,prefect-csrf-token,prefect-csrf-client"})
+        assert code == 400 and "access-control-allow-origin" not in headers
+        code, headers = _status(f"{prefect}/api/csrf-token?client=x", headers=evil)
+        assert "access-control-allow-origin" not in headers
+        # CSRF: a state change without a token (a form post needs no preflight) is refused.
+        code, _ = _status(f"{prefect}/api/flows/", "POST", {**evil, "content-type": "text/plain"},
+                          b'{"name": "planted"}')
+        assert code == 403
+        assert _status(f"{mlflow}/api/2.0/mlflow/experiments/create", "POST", {**evil, **json_type},
+                       b'{"name": "planted"}')[0] == 403
+        # The UI's own origin and names still work.
+        code, headers = _status(f"{prefect}/api/csrf-token?client=x", headers={"Origin": prefect})
+        assert code == 200 and headers["access-control-allow-origin"] == prefect
+        assert _status(f"http://localhost:{pp}/api/health")[0] == 200
+        code, _ = _status(f"{prefect}/deployments", headers={"Accept": "text/html", "Sec-Fetch-Mode": "navigate"})
+        assert code == 200
+        # Prefect's client fetches a CSRF token by itself: flows (and deployment runs) are created as before.
+        from prefect.client.orchestration import get_client
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: f"{prefect}/api"}), get_client(sync_client=True) as client:
+            flow_id = client.create_flow_from_name("made-by-prefect-client")
+            assert client.read_flow(flow_id).name == "made-by-prefect-client"
+            assert [f.name for f in client.read_flows()] == ["made-by-prefect-client"]  # nothing planted
+    finally:
+        servers.down(tmp_path)

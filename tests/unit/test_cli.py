@@ -12,8 +12,8 @@ from tests.conftest import ROOT
 SLUG = next(iter(METHODS))
 
 
-def paperline(*args, root=None, check_empty=True):
-    env = dict(os.environ)
+def paperline(*args, root=None, check_empty=True, extra_env=None):
+    env = dict(os.environ, **(extra_env or {}))
     if root is not None:
         env["PAPERLINE_ROOT"] = str(root)
     return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
@@ -37,6 +37,45 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, tmp_path
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("paperline: error: ") and message in lines[0], proc.stderr
     assert list(tmp_path.iterdir()) == [], "an error path wrote files"
+
+
+@pytest.mark.parametrize(
+    "var, value, allowed",
+    [
+        ("PAPERLINE_CHECKPOINT_SECONDS", "abc", "expected a number of seconds >= 0"),
+        ("PAPERLINE_ACCELERATOR", "tpu9", "expected one of auto, cpu, gpu, cuda, mps, tpu"),
+        ("PAPERLINE_DEVICES", "-1", "expected a positive integer, 'auto' or a device list like '0,1'"),
+        ("PAPERLINE_DEVICES", "0,x", "expected a positive integer, 'auto' or a device list like '0,1'"),
+        ("PAPERLINE_THREADS", "0", "expected a positive integer"),
+        ("PAPERLINE_NUM_NODES", "zero", "expected a positive integer"),
+    ],
+)
+def test_bad_environment_is_refused_before_any_run(var, value, allowed, tmp_path):
+    proc = paperline("run", SLUG, "--scale", "smoke", root=tmp_path, extra_env={var: value})
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert lines == [f"paperline: error: {var}={value!r}: {allowed}"], proc.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == [], "an error path wrote files"
+
+
+def test_bad_environment_stops_a_dvc_stage_too(tmp_path):
+    from tasks.config import render_params
+
+    (tmp_path / "params.yaml").write_text(render_params())
+    proc = paperline("stage", "prepare", SLUG, root=tmp_path, extra_env={"PAPERLINE_THREADS": "many"})
+    assert proc.returncode == 2 and "PAPERLINE_THREADS='many'" in proc.stderr, proc.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
+
+
+def test_good_environment_passes_the_check(monkeypatch):
+    from models.common.runtime import check_environment
+
+    for var, value in {"PAPERLINE_ACCELERATOR": "gpu", "PAPERLINE_DEVICES": "0,1", "PAPERLINE_THREADS": "2",
+                       "PAPERLINE_CHECKPOINT_SECONDS": "0", "PAPERLINE_NUM_NODES": "2"}.items():
+        monkeypatch.setenv(var, value)
+    check_environment()
+    monkeypatch.setenv("PAPERLINE_DEVICES", "auto")
+    check_environment()
 
 
 def test_help_and_list_are_fast_imports():
