@@ -5,12 +5,15 @@ The LightningModule of a method adds loss, metrics and optimiser to a plain ``nn
 records the spine logs to MLflow, and stops on a non-finite loss.
 
 Inside ``runtime.checkpointing(folder)`` (the train step opens it), every ``fit`` call saves
-``last.ckpt`` each epoch under ``folder/<call index>-<variant>/`` together with its learning
-curve, and resumes from it: a training process killed half-way picks up where it stopped.
+``last.ckpt`` under ``folder/<call index>-<variant>/`` together with its learning curve: at the end of
+an epoch when ``PAPERLINE_CHECKPOINT_SECONDS`` have passed since any fit of the step last saved, and
+always when the fit completes. A rerun resumes the interrupted fit where it stopped and does not
+retrain the completed ones (it loads their final state): the result is that of an uninterrupted run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -24,11 +27,14 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_only
 
 from models.common.runtime import (  # noqa: F401 (re-exported)
-    checkpoint_dir, checkpoint_seconds, set_threads, show_progress, trainer_settings,
+    TRAINER_ENV,
+    checkpoint_dir, checkpoint_seconds, checkpoint_session, hardware_settings, set_threads, show_progress,
+    trainer_settings,
 )
 
 
@@ -85,59 +91,183 @@ EPOCH_MARK = "paperline_epoch_end"
 
 
 class EpochCheckpoint(Callback):
-    """Writes ``path`` once per epoch, after the epoch's metrics have reached the history.
+    """Writes ``path`` at the end of an epoch, after the epoch's metrics have reached the history, and once
+    more when the fit completes (``finish``), marked complete.
 
     Lightning's ``ModelCheckpoint`` saves before the epoch-end metrics are logged (a resumed curve
     would miss that epoch) and, from 2.6, writes ``save_last`` only after a top-k save. Here each
-    epoch logs a mark; when the logger receives it (the epoch's own log call, loop state as
-    ``ModelCheckpoint`` would save it) the checkpoint is written under a temporary name and renamed,
-    so a kill during the save leaves the previous file intact.
+    epoch logs a mark; when the logger receives it (the epoch's own log call) the checkpoint is written
+    under a temporary name and renamed, so a kill during the save leaves the previous file intact.
+    Saves are at most ``every_seconds`` apart, counted across the fits of a train step (``session``).
     """
 
-    def __init__(self, path, every_seconds: float) -> None:
+    def __init__(self, path, every_seconds: float, session=None, train_loader=None) -> None:
         self.path = path
         self.every_seconds = every_seconds  # at most one save per this many seconds (0: every epoch)
+        self.session = session  # runtime.CheckpointSession: the clock all fits of the train step share
+        self.train_loader = train_loader
         self.trainer = None
-        self.last_save = time.monotonic()
+        self.complete = False
+        self.resuming = False  # set by fit when it resumes from this callback's epoch-end checkpoint
+        self._at_epoch_end = False
+        self._last_save = time.monotonic()  # without a session
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.resuming:
+            # The checkpoint is a completed epoch: the next one starts as in an uninterrupted fit. Lightning
+            # restarts a step-bounded fit (max_steps) as if stopped mid-epoch instead, whatever the state
+            # says: it then skipped a batch slot, counted one step too many and held back epoch schedulers.
+            _Loop.restarting.fset(trainer.fit_loop, False)  # the base setter, which also clears the inner loops
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self.trainer = trainer
         pl_module.log(EPOCH_MARK, 1.0, on_step=False, on_epoch=True, logger=True, prog_bar=False)
 
     # Random streams travel with the checkpoint, so that a resumed fit draws the same shuffles, noise and
-    # dropout masks as an uninterrupted one: the global torch / NumPy / Python states and every
-    # torch.Generator the LightningModule holds (probe or rollout streams). Tensors and ints only: resume
-    # loads with weights_only=True.
+    # dropout masks as an uninterrupted one: the global torch / NumPy / Python states, every
+    # torch.Generator the LightningModule holds (probe or rollout streams) and those of the training
+    # loader (a DataLoader's or sampler's ``generator``); so do the module's plain attributes (counters,
+    # best-so-far records). Tensors, numbers and containers only: resume loads with weights_only=True.
     def state_dict(self) -> dict[str, Any]:
-        kind, keys, pos, has_gauss, cached = np.random.get_state()
-        return {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype("int64")),
-                "numpy": [kind, int(pos), int(has_gauss), float(cached)], "python": random.getstate()}
+        return _global_rng_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not state:  # a checkpoint written before RNG states were saved
-            return
-        torch.set_rng_state(state["torch"])
-        kind, pos, has_gauss, cached = state["numpy"]
-        np.random.set_state((kind, state["numpy_keys"].numpy().astype("uint32"), pos, has_gauss, cached))
-        random.setstate(state["python"])
+        if state:  # empty: a checkpoint written before RNG states were saved
+            _set_global_rng_state(state)
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        checkpoint["module_generators"] = {name: g.get_state() for name, g in vars(pl_module).items()
-                                           if isinstance(g, torch.Generator)}
+        checkpoint["module_generators"] = {name: g.get_state() for name, g in _module_generators(pl_module).items()}
+        checkpoint["module_state"] = _plain_state(pl_module)
+        loader_generators = _loader_generators(self.train_loader)
+        checkpoint["loader_generators"] = {name: g.get_state() for name, g in loader_generators.items()}
+        checkpoint["paperline_fit_complete"] = self.complete
+        if self._at_epoch_end and "loops" in checkpoint:
+            _as_completed_epoch(checkpoint["loops"])
 
     def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        for name, state in checkpoint.get("module_generators", {}).items():
-            getattr(pl_module, name).set_state(state)
+        _set_module_generators(pl_module, checkpoint)
+        for name, value in checkpoint.get("module_state", {}).items():
+            setattr(pl_module, name, value)
 
     def save(self) -> None:
+        """At an epoch's end (the logger received its mark): write unless a fit of this step saved recently."""
         if self.trainer is None or self.trainer.sanity_checking:
             return
-        if time.monotonic() - self.last_save < self.every_seconds:
+        last = self.session.last_save if self.session is not None else self._last_save
+        if time.monotonic() - last < self.every_seconds:
             return
+        self._at_epoch_end = True
+        try:
+            self._write(self.trainer)
+        finally:
+            self._at_epoch_end = False
+
+    def finish(self, trainer) -> None:
+        """The fit completed: its final state (weights, callbacks, random streams after training) is saved
+        so that a rerun of the train step returns it without training."""
+        self.complete = True
+        self._write(trainer)
+
+    def _write(self, trainer) -> None:
         partial = self.path.with_name(self.path.name + ".partial")
-        self.trainer.save_checkpoint(partial)
-        os.replace(partial, self.path)
-        self.last_save = time.monotonic()
+        trainer.save_checkpoint(partial)  # every rank takes part; global rank zero writes
+        if trainer.is_global_zero:
+            os.replace(partial, self.path)
+        self._last_save = time.monotonic()
+        if self.session is not None:
+            self.session.last_save = self._last_save
+
+
+def _global_rng_state() -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype("int64")),
+            "numpy": [kind, int(pos), int(has_gauss), float(cached)], "python": random.getstate()}
+
+
+def _set_global_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    kind, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, state["numpy_keys"].numpy().astype("uint32"), pos, has_gauss, cached))
+    random.setstate(state["python"])
+
+
+def _module_generators(pl_module) -> dict[str, torch.Generator]:
+    return {name: g for name, g in vars(pl_module).items() if isinstance(g, torch.Generator)}
+
+
+def _set_module_generators(pl_module, checkpoint: dict) -> None:
+    for name, state in checkpoint.get("module_generators", {}).items():
+        getattr(pl_module, name).set_state(state)
+
+
+def _plain_state(pl_module) -> dict[str, Any]:
+    """The LightningModule's own plain attributes (numbers, strings, tensors and lists/tuples/dicts of
+    them, e.g. hpde_gnn's best-validation weights, ibmd's batch counts, zo_natural's query count): what
+    training changes besides weights and optimiser, so a resumed or reloaded fit ends with the same
+    values. Private names, Lightning's own attributes and anything else (configs, samplers) stay out."""
+    base = _lightning_attributes()
+    return {name: value for name, value in vars(pl_module).items()
+            if not name.startswith("_") and name not in base and _is_plain(value)}
+
+
+@functools.cache
+def _lightning_attributes() -> frozenset[str]:
+    return frozenset(vars(L.LightningModule()))
+
+
+def _is_plain(value, depth: int = 0) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, torch.Tensor):
+        return not isinstance(value, torch.nn.Parameter)
+    if depth < 8 and isinstance(value, (list, tuple)):
+        return all(_is_plain(v, depth + 1) for v in value)
+    if depth < 8 and isinstance(value, dict):
+        return all(_is_plain(k, depth + 1) and _is_plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _loader_generators(loader) -> dict[str, torch.Generator]:
+    """Every torch.Generator the training loader draws its order from: the loader's own ``generator``
+    and those of its (batch) samplers, nested as ``BatchSampler(RandomSampler(generator=...))`` nests them,
+    and the generators a custom loader object keeps as attributes."""
+    found: dict[str, torch.Generator] = {}
+    seen: set[int] = set()
+
+    def walk(obj, prefix: str, depth: int) -> None:
+        if obj is None or id(obj) in seen or depth > 3 or not hasattr(obj, "__dict__"):
+            return
+        seen.add(id(obj))
+        for name, value in vars(obj).items():
+            if isinstance(value, torch.Generator):
+                found[prefix + name] = value
+            elif name in ("sampler", "batch_sampler") or isinstance(value, torch.utils.data.Sampler):
+                walk(value, f"{prefix}{name}.", depth + 1)
+
+    walk(loader, "", 0)
+    return found
+
+
+def _set_loader_generators(loader, checkpoint: dict) -> None:
+    generators = _loader_generators(loader)
+    for name, state in checkpoint.get("loader_generators", {}).items():
+        if name in generators:
+            generators[name].set_state(state)
+
+
+def _as_completed_epoch(loops: dict) -> None:
+    """Rewrite the loop state saved at an epoch's end as it stands once that epoch is complete.
+
+    The epoch-end metrics reach the logger (and so ``save``) before Lightning counts the epoch completed,
+    and while it holds its logged-batches counter one lower: resumed from that state, Lightning replayed
+    the epoch's end, with the step counter one short.
+    """
+    fit_loop = loops.get("fit_loop", {})
+    for counts in fit_loop.get("epoch_progress", {}).values():
+        counts["completed"] = counts["processed"]
+    stepped = fit_loop.get("epoch_loop.state_dict", {})
+    if "_batches_that_stepped" in stepped:
+        stepped["_batches_that_stepped"] += 1
 
 
 class LoaderEpoch(Callback):
@@ -171,7 +301,11 @@ def fit(
     variant: str = "method",
     **trainer_kwargs: Any,
 ) -> list[dict[str, float]]:
-    """Train ``module`` on the hardware ``trainer_settings()`` names (one CPU by default); return its curve."""
+    """Train ``module`` and return its learning curve.
+
+    The hardware is ``hardware_settings``: the environment's (``PAPERLINE_ACCELERATOR``, ...; one CPU
+    by default), where a per-call ``accelerator=``/``devices=`` only fills in what the environment leaves
+    unset."""
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
     logging.getLogger("lightning.fabric").setLevel(logging.WARNING)
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)  # same messages, other namespace
@@ -181,17 +315,27 @@ def fit(
     L.seed_everything(seed, workers=True, verbose=False)
     history = HistoryLogger()
     callbacks: list[Callback] = [StopOnNonFiniteLoss(), LoaderEpoch()]
-    ckpt_dir, resume_from = checkpoint_dir(variant), None
+    ckpt_dir, saver, resume_from, complete, after = checkpoint_dir(variant), None, None, False, {}
     if ckpt_dir is not None:
-        saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds())
+        saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds(), checkpoint_session(), train_loader)
         history.on_epoch_logged = saver.save
         callbacks += [saver, HistoryState(history)]
-        if (ckpt_dir / "last.ckpt").is_file() and _readable_checkpoint(ckpt_dir / "last.ckpt", variant):
-            resume_from = str(ckpt_dir / "last.ckpt")
-            print(f"  resuming {variant} from {resume_from}", flush=True)
+        state = _load_checkpoint(ckpt_dir / "last.ckpt", variant) if (ckpt_dir / "last.ckpt").is_file() else None
+        if state is not None:
+            resume_from, complete = str(ckpt_dir / "last.ckpt"), bool(state.get("paperline_fit_complete", False))
+            how = "completed earlier, loading" if complete else "resuming"
+            print(f"  {how} {variant} from {resume_from}", flush=True)
+            # Lightning reads the loader before any hook could restore its generators: restore them here.
+            _set_loader_generators(train_loader, state)
+            saver.resuming = not complete
+            if complete:  # the random streams as the completed fit left them
+                after = {key: state.get(key, {}) for key in ("module_generators", "loader_generators")}
+                after["rng"] = state.get("callbacks", {}).get(saver.state_key)
+            del state  # Lightning loads the file itself
+    hardware = hardware_settings({k: trainer_kwargs.pop(k) for k in TRAINER_ENV if k in trainer_kwargs})
     kwargs: dict[str, Any] = dict(
         max_epochs=max_epochs,
-        **trainer_settings(),
+        **hardware,
         logger=history,
         callbacks=callbacks,
         enable_checkpointing=False,  # EpochCheckpoint saves; no default ModelCheckpoint folder
@@ -203,27 +347,37 @@ def fit(
     )
     callbacks += trainer_kwargs.pop("callbacks", [])
     kwargs.update(trainer_kwargs)
+    if complete:
+        # Lightning restores the model, optimisers, callbacks and curve from the final checkpoint and
+        # trains no batch (it neither reads the loader nor calls the train start/end hooks).
+        kwargs["limit_train_batches"] = 0
     trainer = L.Trainer(**kwargs)
-    if show_progress():
+    if show_progress() and not complete:
         print(f"  training {variant} ({max_epochs} epochs)", flush=True)
     # weights_only: a checkpoint is unpickled only as tensors and plain containers (checked above too).
     trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from,
                 weights_only=True if resume_from else None)
+    if complete:
+        # What runs after the fit continues the random streams exactly where the completed fit left them.
+        if after["rng"]:
+            _set_global_rng_state(after["rng"])
+        _set_module_generators(module, after)
+        _set_loader_generators(train_loader, after)
+    elif saver is not None:
+        saver.finish(trainer)
     return history.records
 
 
-def _readable_checkpoint(path, variant: str) -> bool:
-    """Whether ``path`` loads with ``weights_only=True``. One that does not (objects the safe loader refuses,
-    a file truncated or emptied by a crash or a full disk) is renamed aside and reported, and the fit
-    starts afresh: an unreadable checkpoint never blocks later runs."""
+def _load_checkpoint(path, variant: str) -> dict | None:
+    """``path`` loaded with ``weights_only=True``, or None. One that does not load (objects the safe loader
+    refuses, a file truncated or emptied by a crash or a full disk) is renamed aside and reported, and the
+    fit starts afresh: an unreadable checkpoint never blocks later runs."""
     try:
-        torch.load(path, map_location="cpu", weights_only=True)
-        return True
+        return torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError, KeyError, AttributeError) as exc:
         aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
         reason = "holds objects weights_only=True refuses" if isinstance(exc, pickle.UnpicklingError) else "is unreadable"
         print(f"  {path} {reason} ({type(exc).__name__}: {str(exc)[:200]}); set aside as {aside.name}; "
               f"training {variant} from scratch", flush=True)
-        return False
-
+        return None

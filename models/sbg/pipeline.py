@@ -142,17 +142,18 @@ def build_model(cfg, n_atoms: int) -> BoltzmannGenerator:
 def _lightning_module(model: BoltzmannGenerator, t, total_steps: int):
     import lightning as L
 
+    from models.common.ema import EMA
+
     class FlowModule(L.LightningModule):
         """Maximum likelihood (NLL per dimension) on augmented MD frames, with an EMA of the weights."""
 
         def __init__(self) -> None:
             super().__init__()
             self.model = model
-            self.ema: list[torch.Tensor] | None = None
 
-        def on_fit_start(self) -> None:  # after the move to the training device
-            if t.ema_decay > 0:
-                self.ema = [p.detach().clone() for p in self.model.parameters()]
+        def configure_callbacks(self) -> list:
+            # The EMA (from the fit's start, every step) is the trained model; its state is checkpointed.
+            return [EMA("model", t.ema_decay, apply_at_end=True)] if t.ema_decay > 0 else []
 
         def _step(self, batch, stage: str) -> torch.Tensor:
             (x,) = batch
@@ -165,12 +166,6 @@ def _lightning_module(model: BoltzmannGenerator, t, total_steps: int):
 
         def validation_step(self, batch, batch_idx):
             return self._step(batch, "val")
-
-        def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-            if self.ema is not None:
-                with torch.no_grad():
-                    for avg, p in zip(self.ema, self.model.parameters()):
-                        avg.lerp_(p.detach(), 1 - t.ema_decay)
 
         def configure_optimizers(self):
             opt = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
@@ -204,10 +199,6 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     history = fit(module, loader, val_loader, max_epochs=t.epochs, seed=cfg.seed, variant="TarFlow (MLE)",
                   accelerator=cfg.accelerator)
     seconds = time.perf_counter() - started
-    if module.ema is not None:
-        with torch.no_grad():
-            for avg, p in zip(module.ema, model.parameters()):
-                p.copy_(avg)
     model = model.cpu()
     torch.save(model.state_dict(), Path(out_dir) / "flow.pt")
     with torch.no_grad():

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from models.common.diffusion import DDPMSchedule, ddim_sample
+from models.common.ema import EMA
 
 from .config import FusionTrainConfig, TrainConfig
 from .networks import ScoreFusion, SliceModel, coordinates, fuse
@@ -83,25 +84,6 @@ def whole_batches(dataset: Dataset, batch_size: int) -> DataLoader:
 # ----------------------------------------------------------------------------- Lightning
 
 
-@torch.no_grad()
-def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters()):
-        e.lerp_(p, 1 - decay)
-
-
-@torch.no_grad()
-def trainer_ema_step(ema: torch.nn.Module, model: torch.nn.Module, step: int, decay: float, start: int,
-                     every: int) -> None:
-    """The official 3-D ``Trainer.step_ema`` after optimiser step ``step`` (0-based): every ``every`` steps, a
-    copy of the model before step ``start`` and an exponential moving average from then on."""
-    if step % every:
-        return
-    if step < start:
-        ema.load_state_dict(model.state_dict())
-    else:
-        ema_update(ema, model, decay)
-
-
 def noisy(schedule: DDPMSchedule, x0: torch.Tensor, stage: str, batch_idx: int):
     """(t, noise, x_t): random in training, a fixed draw per validation batch (comparable across epochs)."""
     g = torch.Generator(device=x0.device).manual_seed(10_000 + batch_idx) if stage != "train" else None
@@ -132,8 +114,9 @@ class SliceDiffusion(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         self.shared_step(batch, "val", batch_idx)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        ema_update(self.ema, self.model, self.cfg.ema)
+    def configure_callbacks(self) -> list:
+        # ``ema`` holds the average, updated after every step (its state travels with the checkpoint).
+        return [EMA("model", self.cfg.ema, into="ema")]
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr)
@@ -186,10 +169,11 @@ class FusionTraining(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         self.shared_step(batch, "val", batch_idx)
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if (batch_idx + 1) % self.cfg.grad_accum == 0:  # an optimiser step was taken
-            trainer_ema_step(self.ema, self.model.fusion, self.global_step - 1, self.cfg.ema, self.cfg.ema_start,
-                             self.cfg.ema_every)
+    def configure_callbacks(self) -> list:
+        # The official 3-D Trainer.step_ema: every ema_every optimiser steps, a copy of the fusion net until
+        # step ema_start, then an exponential moving average (into ``ema``).
+        c = self.cfg
+        return [EMA("model.fusion", c.ema, start=c.ema_start, every=c.ema_every, into="ema")]
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.model.fusion.parameters(), lr=self.cfg.lr)

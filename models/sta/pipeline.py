@@ -188,7 +188,8 @@ def _fit(cfg: Config, net: VideoDiT, videos: dict, steps: int, lr: float, warmup
     loader = DataLoader(train_set, min(cfg.train.batch_size, len(train_set)), shuffle=True, drop_last=True,
                         generator=torch.Generator().manual_seed(seed))
     module = FlowMatching(net, lr, warmup, cfg.train.weight_decay)
-    # The paper scale is meant for a GPU (untested here); smoke and default always train on the CPU.
+    # The paper scale is meant for a GPU (untested here); smoke and default train on the CPU unless
+    # PAPERLINE_ACCELERATOR says otherwise (the environment's setting wins in fit).
     accelerator = "gpu" if cfg.scale == Scale.paper and torch.cuda.is_available() else "cpu"
     return fit(module, loader, DataLoader(val_set, len(val_set)), max_epochs=10**6, seed=seed, variant=variant,
                max_steps=steps, val_check_interval=min(cfg.train.val_every, steps), check_val_every_n_epoch=None,

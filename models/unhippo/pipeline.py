@@ -76,6 +76,7 @@ from models.base import (
 )
 from models.common import plotting
 from models.common import verdicts as V
+from models.common.ema import EMA
 from models.common.lightning import fit, set_threads
 
 from . import algorithm
@@ -174,12 +175,12 @@ class NoisySequenceClassification(L.LightningModule):
     def __init__(self, net: SSMClassifier, cfg: Config) -> None:
         super().__init__()
         self.net, self.cfg = net, cfg.train
-        self.ema: list[torch.Tensor] | None = None
 
-    def on_fit_start(self) -> None:
-        # EMA copy of the weights, made on the training device (a plain copy until ema_start, then averaged).
-        if self.cfg.ema_decay > 0:
-            self.ema = [p.detach().clone() for p in self.net.parameters()]
+    def configure_callbacks(self) -> list:
+        # A plain copy for the first ema_start steps, then an average; the averaged weights are the model
+        # (official evaluates the EMA). Its state is checkpointed.
+        t = self.cfg
+        return [EMA("net", t.ema_decay, start=t.ema_start, apply_at_end=True)] if t.ema_decay > 0 else []
 
     def shared_step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
@@ -196,28 +197,13 @@ class NoisySequenceClassification(L.LightningModule):
     def validation_step(self, batch, batch_idx):
         self.shared_step(batch, "val")
 
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        if self.ema is None:
-            return
-        with torch.no_grad():
-            for average, p in zip(self.ema, self.net.parameters()):
-                if self.global_step <= self.cfg.ema_start:
-                    average.copy_(p)
-                else:
-                    average.lerp_(p, 1 - self.cfg.ema_decay)
-
-    def on_train_end(self) -> None:
-        if self.ema is not None:  # the averaged weights are the model (official evaluates the EMA)
-            with torch.no_grad():
-                for average, p in zip(self.ema, self.net.parameters()):
-                    p.copy_(average)
-
     def configure_optimizers(self):
         return torch.optim.Adam(self.net.parameters(), lr=self.cfg.lr)
 
 
 def accelerator(cfg: Config) -> str:
-    """CPU for smoke/default (the project's budget); whatever is there for the paper scale."""
+    """CPU for smoke/default (the project's budget); whatever is there for the paper scale. The default
+    only: ``PAPERLINE_ACCELERATOR`` wins (``fit``)."""
     return "auto" if cfg.scale == Scale.paper else "cpu"
 
 

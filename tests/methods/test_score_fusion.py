@@ -26,7 +26,6 @@ from models.score_fusion.algorithm import (
     ssim3d,
     stratified_steps,
     tpdm_eps,
-    trainer_ema_step,
 )
 from models.score_fusion.config import Config, DataConfig, FusionTrainConfig, NetConfig, SliceNetConfig
 from models.score_fusion.data import load_brats, make_phantoms, pool_upsample
@@ -114,17 +113,33 @@ def test_score_fusion_at_initialisation_is_exactly_merge_and_trains_only_the_fus
 
 
 def test_fusion_ema_follows_the_official_trainer_schedule():
-    """A copy of the model every 10 steps until step 2000, then a 0.995 average every 10 steps."""
-    model, ema = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
-    for step, value in ((0, 1.0), (5, 2.0), (1990, 3.0)):
-        torch.nn.init.constant_(model.weight, value)
-        trainer_ema_step(ema, model, step, decay=0.995, start=2000, every=10)
-    assert ema.weight.tolist() == [[3.0, 3.0]]  # step 5 was skipped; steps 0 and 1990 copied
-    torch.nn.init.constant_(model.weight, 4.0)
-    trainer_ema_step(ema, model, 2000, decay=0.995, start=2000, every=10)
-    assert ema.weight[0, 0].item() == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)
-    trainer_ema_step(ema, model, 2003, decay=0.995, start=2000, every=10)  # not a multiple of 10: untouched
-    assert ema.weight[0, 0].item() == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)
+    """The fusion stage's EMA callback: a copy of the fusion net every 10 optimiser steps until step 2000,
+    then a 0.995 average every 10 steps (official step_ema after 0-based step s = our step s + 1), into
+    the ``ema`` copy the module validates with; batches without an optimiser step leave it alone."""
+    from types import SimpleNamespace
+
+    module = FusionTraining(ScoreFusion(SLICE, FUSION), SCHEDULE,
+                            FusionTrainConfig(steps=1, batch_size=2, ema=0.995, ema_start=2000, ema_every=10))
+    (ema,) = module.configure_callbacks()
+    ema.on_fit_start(None, module)
+    trainer = SimpleNamespace(global_step=0)
+
+    def step(k: int, value: float) -> float:
+        """Optimiser step k left every fusion weight at ``value``; the EMA copy's weights after it."""
+        for p in module.model.fusion.parameters():
+            torch.nn.init.constant_(p, value)
+        trainer.global_step = k
+        ema.on_train_batch_end(trainer, module, None, None, 0)
+        values = torch.cat([p.flatten() for p in module.ema.parameters()])
+        assert torch.all(values == values[0])
+        return float(values[0])
+
+    assert step(1, 1.0) == 1.0  # official step 0: a copy
+    assert step(6, 2.0) == 1.0  # not a multiple of 10: untouched
+    assert step(1991, 3.0) == 3.0  # official step 1990: still a copy
+    assert step(2001, 4.0) == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)  # official 2000: the average starts
+    assert step(2001, 9.0) == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)  # same step (accumulating): untouched
+    assert step(2004, 5.0) == pytest.approx(0.995 * 3.0 + 0.005 * 4.0)
 
 
 def test_hybrid_loss_is_5_l1_plus_150_l2():

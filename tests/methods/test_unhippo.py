@@ -356,6 +356,52 @@ def test_smoke_pipeline(tmp_path):
     assert model(torch.zeros(2, cfg.data.length)).shape == (2, cfg.data.n_classes)
 
 
+def test_a_killed_train_step_with_a_weight_ema_resumes_to_the_same_averaged_weights(tmp_path, monkeypatch):
+    """Killed in its third fit once the EMA averages, the rerun loads the two completed fits, resumes the
+    third from its last epoch checkpoint with the EMA's averages and step count, and saves the same
+    (averaged) weights and curves as an uninterrupted train step, bit for bit."""
+    import lightning as L
+
+    from models.common.runtime import checkpointing
+    from models.unhippo import pipeline
+    from tasks import steps
+
+    monkeypatch.setenv("PAPERLINE_CHECKPOINT_SECONDS", "0")  # every epoch: the third fit resumes mid-way
+    cfg = SPEC.make_config("smoke", {"train.steps": 30, "train.ema_decay": 0.9, "train.ema_start": 8})
+    data = steps.prepare(SPEC, cfg, tmp_path / "root")
+
+    class Kill(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 3:  # 15 of 30 steps done, the EMA averaging since step 9
+                raise SystemExit("killed")
+
+    def train(out, kill: bool = False):
+        calls, real_fit = [], pipeline.fit
+
+        def fit(*args, **kwargs):
+            calls.append(kwargs["variant"])
+            return real_fit(*args, **kwargs, **({"callbacks": [Kill()]} if kill and len(calls) == 3 else {}))
+
+        monkeypatch.setattr(pipeline, "fit", fit)
+        out.mkdir()
+        return pipeline.train(cfg, data, out)
+
+    full = train(tmp_path / "full")
+    with checkpointing(tmp_path / "checkpoints"), pytest.raises(SystemExit):
+        train(tmp_path / "killed", kill=True)
+    with checkpointing(tmp_path / "checkpoints"):
+        resumed = train(tmp_path / "resumed")
+    assert resumed.history == full.history
+    weights = sorted(p.name for p in (tmp_path / "full").glob("*.pt"))
+    assert len(weights) == 4 and weights == sorted(p.name for p in (tmp_path / "resumed").glob("*.pt"))
+    for name in weights:
+        a, b = (torch.load(tmp_path / run / name, weights_only=True) for run in ("full", "resumed"))
+        assert all(torch.equal(a[k], b[k]) for k in a), name
+    (third,) = (tmp_path / "checkpoints").glob("003-*/last.ckpt")
+    state = torch.load(third, weights_only=True)
+    assert state["callbacks"]["EMA[net]"]["step"] == 30 and state["paperline_fit_complete"]
+
+
 # ----------------------------------------------------------------------------- claim
 
 

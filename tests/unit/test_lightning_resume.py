@@ -170,3 +170,180 @@ def test_an_epoch_keyed_loader_resumes_at_its_next_epoch(tmp_path):
         return module, fit(module, EpochSeededBatches(x), max_epochs=5, seed=0, callbacks=list(callbacks))
 
     _assert_killed_and_resumed_equals_uninterrupted(train, tmp_path)
+
+
+# ----------------------------------------------------------------------------- exact resume, any fit shape
+
+
+class DropoutRegressor(L.LightningModule):
+    """Noise and dropout in training, a validation loss, and the optimiser/scheduler a case asks for."""
+
+    def __init__(self, scheduler: str | None = None, step_logging: bool = False) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.2), torch.nn.Linear(8, 1))
+        self.scheduler, self.step_logging = scheduler, step_logging
+        self.seen = 0  # plain training state (as hpde_gnn's best weights): checkpointed by the glue
+        self.best: dict = {"val": math.inf, "epoch": -1, "weights": None}
+        self._steps_here = 0  # private: not checkpointed, so it counts the steps trained in this process
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        self.seen += len(x)
+        self._steps_here += 1
+        loss = torch.nn.functional.mse_loss(self.net(x + 0.05 * torch.randn_like(x)), y)
+        self.log("train/loss", loss, on_step=self.step_logging, on_epoch=not self.step_logging)
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("val/loss", loss)
+        if float(loss) < self.best["val"]:
+            weights = self.net[0].weight.detach().clone()
+            self.best = {"val": float(loss), "epoch": self.current_epoch, "weights": weights}
+
+    def configure_optimizers(self):
+        opt = torch.optim.Adam(self.parameters(), lr=0.01)
+        if self.scheduler == "step":
+            sched = torch.optim.lr_scheduler.OneCycleLR(opt, 0.02, total_steps=200)
+        elif self.scheduler == "epoch":
+            sched = torch.optim.lr_scheduler.StepLR(opt, 1, 0.7)
+        else:
+            return opt
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": self.scheduler}}
+
+
+X = torch.randn(64, 4, generator=torch.Generator().manual_seed(0))
+Y = X.sum(1, keepdim=True)
+
+
+def _shuffled(seed: int = 1) -> DataLoader:
+    """Shuffled by the loader's own generator (as unhippo's and sta's loaders are)."""
+    return DataLoader(TensorDataset(X, Y), batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(seed))
+
+
+def _random_batches() -> DataLoader:
+    from models.common.batches import Rows, random_batches
+
+    return random_batches(Rows(X, Y), 4, 16, seed=3)  # a BatchSampler over a seeded RandomSampler
+
+
+STEPS = dict(max_epochs=10**6, check_val_every_n_epoch=None)
+FIT_SHAPES = {
+    "epochs": (_shuffled, dict(max_epochs=5)),
+    "steps, validation across epochs": (_shuffled, dict(STEPS, max_steps=80, val_check_interval=8)),
+    "steps ending mid-epoch": (_random_batches, dict(STEPS, max_steps=70, val_check_interval=5)),
+    "steps, step schedule, step logging": (_shuffled, dict(STEPS, max_steps=80, scheduler="step", step_logging=True,
+                                                           log_every_n_steps=5, gradient_clip_val=0.5)),
+    "steps, epoch schedule": (_shuffled, dict(STEPS, max_steps=80, scheduler="epoch")),
+    "gradient accumulation": (_shuffled, dict(max_epochs=5, accumulate_grad_batches=3)),
+}
+
+
+class CrashAtBatch(L.Callback):
+    """Dies at a batch in the middle of an epoch: what that epoch trained is lost, as in a kill."""
+
+    def __init__(self, epoch: int, batch: int) -> None:
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            raise SystemExit("killed")
+
+
+@pytest.mark.parametrize("shape", FIT_SHAPES)
+def test_a_resumed_fit_is_the_uninterrupted_fit_exactly(shape, tmp_path):
+    """Same batches, steps, step numbers, validations and schedules: bit-identical weights and curve.
+    (Resumed from an epoch-end checkpoint, a step-bounded fit used to skip a batch slot and reshuffle, and
+    every fit's step numbers came back one short; a loader's own generator restarted from its seed.)"""
+    make_loader, options = FIT_SHAPES[shape]
+
+    def train(callbacks=()):
+        kwargs = dict(options)
+        torch.manual_seed(0)
+        module = DropoutRegressor(kwargs.pop("scheduler", None), kwargs.pop("step_logging", False))
+        records = fit(module, make_loader(), DataLoader(TensorDataset(X, Y), 64), seed=0, callbacks=list(callbacks),
+                      **kwargs)
+        return module, records
+
+    full, full_records = train()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        train([CrashAtBatch(epoch=2, batch=5)])
+    with checkpointing(tmp_path):
+        resumed, records = train()
+    assert records == full_records
+    assert all(torch.equal(a, b) for a, b in zip(full.parameters(), resumed.parameters()))
+    assert resumed.seen == full.seen and resumed.best["epoch"] == full.best["epoch"]
+    assert resumed.best["val"] == full.best["val"] and torch.equal(resumed.best["weights"], full.best["weights"])
+
+
+def _two_fit_step(crash=None):
+    """A train step as a method writes one: a first fit, draws from the random streams it left behind
+    (the second network's initialisation), then a step-bounded, validated second fit with a weight EMA."""
+    from models.common.ema import EMA
+
+    torch.manual_seed(0)
+    first = DropoutRegressor()
+    first_records = fit(first, _shuffled(1), max_epochs=4, seed=0, variant="first")
+    second = DropoutRegressor(scheduler="step")  # initialised from the global stream the first fit left
+    ema = EMA("net", 0.8, start=5, apply_at_end=True)
+    second_records = fit(second, _shuffled(2), DataLoader(TensorDataset(X, Y), 64), max_steps=96, val_check_interval=10,
+                         max_epochs=10**6, check_val_every_n_epoch=None, seed=1, variant="second",
+                         callbacks=[ema] + ([crash] if crash else []))
+    return (first, second), (first_records, second_records)
+
+
+@pytest.mark.parametrize("period", [None, "0"], ids=["default period", "every epoch"])
+def test_a_step_killed_in_its_second_fit_skips_the_first_and_ends_as_an_uninterrupted_one(period, tmp_path, capfd,
+                                                                                             monkeypatch):
+    """At the default period a short fit never reaches an epoch checkpoint, yet a completed fit is
+    kept: the rerun loads the first fit's final state without training it (its weights, EMA, curve and
+    the random streams after it) and retrains (default) or resumes (every epoch) the second."""
+    if period is None:
+        monkeypatch.delenv("PAPERLINE_CHECKPOINT_SECONDS", raising=False)  # the default 30 s
+    else:
+        monkeypatch.setenv("PAPERLINE_CHECKPOINT_SECONDS", period)
+    (full_first, full_second), full_records = _two_fit_step()
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        _two_fit_step(crash=Crash(epoch=3))
+    assert torch.load(tmp_path / "001-first" / "last.ckpt", weights_only=True)["paperline_fit_complete"]
+    assert (tmp_path / "002-second" / "last.ckpt").exists() == (period == "0")
+    capfd.readouterr()
+    with checkpointing(tmp_path):
+        (first, second), records = _two_fit_step()
+    out = capfd.readouterr().out
+    assert "completed earlier, loading first" in out
+    assert first._steps_here == 0, "the completed first fit was trained again"
+    assert second._steps_here == 96 - (48 if period == "0" else 0)  # 16 batches an epoch, killed at epoch 3
+    assert (first.seen, second.seen) == (full_first.seen, full_second.seen) == (256, 384)
+    assert records == full_records
+    for full, resumed in ((full_first, first), (full_second, second)):
+        assert all(torch.equal(a, b) for a, b in zip(full.state_dict().values(), resumed.state_dict().values()))
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_checkpoint_period_counts_across_the_train_step(tmp_path, monkeypatch):
+    """The period is the time since any fit of the step saved (or since the step began): a fit that
+    starts 35 s into a step (data, baselines, earlier fits) saves at its first epoch's end."""
+    import time
+
+    from models.common import lightning as glue
+    from models.common import runtime
+
+    monkeypatch.delenv("PAPERLINE_CHECKPOINT_SECONDS", raising=False)  # the default 30 s
+    clock = FakeClock()
+    fake_time = type("FakeTime", (), {"monotonic": staticmethod(clock), "strftime": staticmethod(time.strftime)})
+    monkeypatch.setattr(glue, "time", fake_time)
+    monkeypatch.setattr(runtime, "time", fake_time, raising=False)
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        clock.now += 35  # the step's work before this fit; its epochs then take no time
+        _train(6, callbacks=[Crash(epoch=3)])
+    ckpt = tmp_path / "001-method" / "last.ckpt"
+    assert ckpt.is_file() and torch.load(ckpt, weights_only=True)["epoch"] == 0  # saved once, 30 s not yet over
