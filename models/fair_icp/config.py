@@ -71,7 +71,7 @@ class Config(MethodConfig):
     }
 
     data: DataConfig = DataConfig()
-    accelerator: Literal["cpu", "auto"] = "cpu"  # Lightning's; "auto" takes a GPU when there is one
+    accelerator: Literal["cpu", "auto"] = "cpu"  # default when PAPERLINE_ACCELERATOR is unset; "auto" takes a GPU
     predictor: Literal["linear", "mlp"] = "linear"  # the repo's linear_model / deep_model
     mus: tuple[Mu, ...] = (0.0, 0.5, 0.8)  # weight of the adversarial term (the brief's grid)
     n_seeds: int = Field(3, ge=1, le=500)

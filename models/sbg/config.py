@@ -149,7 +149,7 @@ class Config(MethodConfig):
     train: TrainConfig = TrainConfig()
     sampler: SamplerConfig = SamplerConfig()
     jacobian_samples: int = Field(2, ge=1, le=16)  # samples in the log-det vs autograd-Jacobian check
-    accelerator: str = "cpu"  # Lightning accelerator of the flow training
+    accelerator: str = "cpu"  # Lightning accelerator of the flow training when PAPERLINE_ACCELERATOR is unset
 
     @model_validator(mode="after")
     def _system_is_prepared(self) -> "Config":

@@ -125,4 +125,4 @@ class Config(MethodConfig):
     zo: ZOConfig = ZOConfig()
     n_seeds: int = Field(default=3, ge=1, le=32)  # runs use seeds seed, seed+1, ...
     check_probes: int = Field(default=4096, ge=16, le=50_000)  # probes of the sampler check on the nominal model
-    accelerator: str = "cpu"  # Lightning accelerator of the training loops
+    accelerator: str = "cpu"  # Lightning accelerator of the training loops when PAPERLINE_ACCELERATOR is unset
