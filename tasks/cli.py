@@ -151,11 +151,11 @@ def _drop_staging(root: Path, methods: list[str]) -> None:
     from filelock import FileLock, Timeout
 
     from models.registry import get
-    from tasks.steps import Layout
+    from tasks.steps import Layout, lock_path
 
     for slug in methods:
         layout = Layout(root, get(slug))
-        lock = FileLock(str(env.state_dir(root) / "locks" / f"{slug}.lock"))  # steps.method_lock's file
+        lock = FileLock(str(lock_path(get(slug), root)))
         try:
             lock.acquire(timeout=0)
         except Timeout:

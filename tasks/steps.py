@@ -55,6 +55,11 @@ class Layout:
         return self.out_dir / "plots"
 
 
+def lock_path(spec: MethodSpec, root: Path) -> Path:
+    """The file ``method_lock`` holds for ``spec`` in the workspace ``root``."""
+    return Path(root) / ".paperline" / "locks" / f"{spec.slug}.lock"
+
+
 @contextlib.contextmanager
 def method_lock(spec: MethodSpec, root: Path, wait_message: bool = True) -> Iterator[None]:
     """One pipeline per method and workspace at a time: the steps share ``data/<dataset>`` and
@@ -62,7 +67,7 @@ def method_lock(spec: MethodSpec, root: Path, wait_message: bool = True) -> Iter
     Different methods never wait for each other. The OS drops the lock if the holder dies."""
     from filelock import FileLock, Timeout
 
-    path = Path(root) / ".paperline" / "locks" / f"{spec.slug}.lock"
+    path = lock_path(spec, root)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(path))
     try:

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from lightning.pytorch.callbacks import Callback
+
 
 def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
     """The Cartesian product of named value lists: ``grid(lr=(1e-3, 3e-4), dropout=(0.0, 0.5))``."""
@@ -110,12 +112,6 @@ class Patience:
         return self.waited >= self.patience
 
 
-def _lightning_callback_base():
-    from lightning.pytorch.callbacks import Callback
-
-    return Callback
-
-
 def early_stopping_callbacks(monitor: str, patience: int, mode: str = "min", min_delta: float = 0.0) -> list:
     """Lightning's ``EarlyStopping`` on ``monitor`` plus ``BestWeights``, which ends the fit on the best
     validation epoch's weights; pass them as ``fit(..., callbacks=...)``. Read the best epoch from
@@ -127,7 +123,7 @@ def early_stopping_callbacks(monitor: str, patience: int, mode: str = "min", min
     return [stopper, BestWeights(monitor, mode)]
 
 
-class BestWeights(_lightning_callback_base()):
+class BestWeights(Callback):
     """Keeps a copy of the weights at the best value of ``monitor`` and restores them when the fit ends.
 
     Its state (best value, best epoch, the weights) travels with the epoch checkpoint, so a resumed
