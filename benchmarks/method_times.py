@@ -33,8 +33,10 @@ def main() -> None:
         holds = run.data.tags.get("paperline.verdict", "-")
         sane = "-" if "claim/sane" not in m else ("pass" if m["claim/sane"] else "FAIL")
         train = m.get("train/seconds")
-        print(f"| `{spec.slug}` | {run.data.tags.get('paperline.scale', '-')} | {wall:.0f} | "
-              f"{'-' if train is None else f'{train:.0f}'} | {holds} | {sane} |")
+        print(
+            f"| `{spec.slug}` | {run.data.tags.get('paperline.scale', '-')} | {wall:.0f} | "
+            f"{'-' if train is None else f'{train:.0f}'} | {holds} | {sane} |"
+        )
     print(f"| **all** | | **{total / 60:.1f} min** | | | |")
 
 

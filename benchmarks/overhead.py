@@ -47,9 +47,13 @@ def main() -> None:
         flow_s = timed([str(BIN / "paperline"), "run", args.method, "--scale", args.scale], env=env, cwd=ROOT)
 
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
-    noop_s = timed([sys.executable, "-m", "dvc", "repro"], env=env, cwd=ROOT) if (ROOT / "dvc.lock").exists() else float("nan")
+    noop_s = (
+        timed([sys.executable, "-m", "dvc", "repro"], env=env, cwd=ROOT)
+        if (ROOT / "dvc.lock").exists()
+        else float("nan")
+    )
 
-    print(f"| measurement | seconds |\n|---|---|")
+    print("| measurement | seconds |\n|---|---|")
     print(f"| `paperline --help` (best of 3) | {help_s:.2f} |")
     print(f"| {args.method} @ {args.scale}: steps called directly (new process) | {direct_s:.1f} |")
     print(f"| {args.method} @ {args.scale}: `paperline run` (Prefect flow + MLflow publish) | {flow_s:.1f} |")

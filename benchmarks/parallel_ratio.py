@@ -40,8 +40,10 @@ def main() -> None:
     sequential, a = run(args.scale, "sequential", 1)
     parallel, b = run(args.scale, "dask", args.workers)
     print(f"{len(a)} methods at {args.scale} scale")
-    print(f"sequential: {sequential:.1f} s; dask x{args.workers}: {parallel:.1f} s; "
-          f"sequential/parallel = {sequential / parallel:.2f}")
+    print(
+        f"sequential: {sequential:.1f} s; dask x{args.workers}: {parallel:.1f} s; "
+        f"sequential/parallel = {sequential / parallel:.2f}"
+    )
     print("claims identical:", a == b)
 
 

@@ -62,7 +62,9 @@ def correctness_rows(device: str) -> list[tuple[str, float, bool]]:
     for size, tile, windows, text, head_dim in cases:
         canvas = masks.Canvas(size, tile)
         pad = canvas.tile_tokens if text else 0
-        q, k, v = (torch.randn(1, len(windows), canvas.tokens + pad, head_dim, generator=g).to(device) for _ in range(3))
+        q, k, v = (
+            torch.randn(1, len(windows), canvas.tokens + pad, head_dim, generator=g).to(device) for _ in range(3)
+        )
         out = sta_attention(q, k, v, canvas, windows, text, out=torch.full_like(q, float("nan")))
         err = float((out - masks.sta_reference(q, k, v, canvas, windows, text)).abs().max())
         label = f"fp32 canvas {size} tile {tile} windows {windows}" + (f" text {text}" if text else "")
@@ -102,8 +104,16 @@ def run_setting(name: str, args, peak: float) -> list[dict]:
     rows: list[dict] = []
 
     def row(impl: str, ms: float, flops: float, note: str = "") -> None:
-        rows.append({"setting": name, "impl": impl, "ms": ms, "tflops": flops / (ms * 1e-3) / 1e12,
-                     "effective": dense_flops / (ms * 1e-3) / 1e12, "note": note})
+        rows.append(
+            {
+                "setting": name,
+                "impl": impl,
+                "ms": ms,
+                "tflops": flops / (ms * 1e-3) / 1e12,
+                "effective": dense_flops / (ms * 1e-3) / 1e12,
+                "note": note,
+            }
+        )
 
     qd, kd, vd = (x[:, :, :n_valid] for x in (q, k, v))  # dense attention over the valid tokens only
     dense_ms = bench(lambda: F.scaled_dot_product_attention(qd, kd, vd), args.quick)
@@ -111,8 +121,18 @@ def run_setting(name: str, args, peak: float) -> list[dict]:
 
     best = None
     for bq, bkv, warps, stages in QUICK_CONFIGS if args.quick else CONFIGS:
-        fn = lambda: sta_attention(q, k, v, canvas, window, text, block_q=bq, block_kv=bkv,  # noqa: E731
-                                   num_warps=warps, num_stages=stages)
+        fn = lambda: sta_attention(
+            q,
+            k,
+            v,
+            canvas,
+            window,
+            text,
+            block_q=bq,
+            block_kv=bkv,
+            num_warps=warps,
+            num_stages=stages,
+        )
         try:
             fn()
             ms = bench(fn, args.quick)
@@ -140,8 +160,11 @@ def run_setting(name: str, args, peak: float) -> list[dict]:
         r["mfu"] = r["tflops"] / peak
         r["speedup"] = dense_ms / r["ms"]
         r["ideal"] = 1.0 if r["impl"] == "dense SDPA" else 1.0 / density
-    print(f"  {name}: canvas {size}, tile {tile}, window {window}, text {text}: N = {n_valid} valid tokens, "
-          f"density {density:.3f} (ideal x{1 / density:.1f})", flush=True)
+    print(
+        f"  {name}: canvas {size}, tile {tile}, window {window}, text {text}: N = {n_valid} valid tokens, "
+        f"density {density:.3f} (ideal x{1 / density:.1f})",
+        flush=True,
+    )
     return rows
 
 
@@ -165,8 +188,10 @@ def main() -> int:
         print("Kernel correctness check FAILED.")
         return 1
     if device == "cpu":
-        print(f"\nCorrectness checked under the Triton interpreter ({time.perf_counter() - started:.0f} s). "
-              "Timing needs a CUDA GPU (H100/H200 for the paper's numbers): no benchmark run.")
+        print(
+            f"\nCorrectness checked under the Triton interpreter ({time.perf_counter() - started:.0f} s). "
+            "Timing needs a CUDA GPU (H100/H200 for the paper's numbers): no benchmark run."
+        )
         return 0
 
     settings = args.settings or (["hunyuan"] if args.quick else list(SETTINGS))
@@ -174,13 +199,19 @@ def main() -> int:
     peak = matmul_peak(args.quick)
     print(f"measured bf16 matmul peak (8192^3): {peak:.0f} TFLOP/s\n", flush=True)
     rows = [r for name in settings for r in run_setting(name, args, peak)]
-    print("\n| setting | implementation | ms / call | useful TFLOP/s | MFU | effective TFLOP/s | speed-up vs dense "
-          "| ideal (1/density) | note |\n|---|---|---|---|---|---|---|---|---|")
+    print(
+        "\n| setting | implementation | ms / call | useful TFLOP/s | MFU | effective TFLOP/s | speed-up vs dense "
+        "| ideal (1/density) | note |\n|---|---|---|---|---|---|---|---|---|"
+    )
     for r in rows:
-        print(f"| {r['setting']} | {r['impl']} | {r['ms']:.2f} | {r['tflops']:.0f} | {100 * r['mfu']:.1f} % "
-              f"| {r['effective']:.0f} | {r['speedup']:.2f}x | {r['ideal']:.2f}x | {r['note']} |")
-    print(f"\nB = {args.batch}, H = {args.heads}, D = {args.head_dim}, bf16; total {time.perf_counter() - started:.0f} s. "
-          "Useful FLOPs = 4 B H D x allowed (query, key) pairs among valid tokens; effective = dense FLOPs / latency.")
+        print(
+            f"| {r['setting']} | {r['impl']} | {r['ms']:.2f} | {r['tflops']:.0f} | {100 * r['mfu']:.1f} % "
+            f"| {r['effective']:.0f} | {r['speedup']:.2f}x | {r['ideal']:.2f}x | {r['note']} |"
+        )
+    print(
+        f"\nB = {args.batch}, H = {args.heads}, D = {args.head_dim}, bf16; total {time.perf_counter() - started:.0f} s. "
+        "Useful FLOPs = 4 B H D x allowed (query, key) pairs among valid tokens; effective = dense FLOPs / latency."
+    )
     return 0
 
 

@@ -39,8 +39,13 @@ def _step(slug: str, name: str, started: float):
     logger.info("%s: %s ...", slug, name)
     t0 = time.perf_counter()
     yield
-    logger.info("%s: %s done in %.1f s (%.1f s since the method started)", slug, name,
-                time.perf_counter() - t0, time.perf_counter() - started)
+    logger.info(
+        "%s: %s done in %.1f s (%.1f s since the method started)",
+        slug,
+        name,
+        time.perf_counter() - t0,
+        time.perf_counter() - started,
+    )
 
 
 @flow(name="method-pipeline", log_prints=True)
@@ -83,8 +88,9 @@ def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> 
     logger = get_run_logger()
     results, started = [], time.perf_counter()
     for i, slug in enumerate(methods, 1):
-        logger.info("[%d/%d] %s (%s scale), %.0f s elapsed", i, len(methods), slug, scale.value,
-                    time.perf_counter() - started)
+        logger.info(
+            "[%d/%d] %s (%s scale), %.0f s elapsed", i, len(methods), slug, scale.value, time.perf_counter() - started
+        )
         state = method_pipeline(slug, scale, overrides_for(slug, overrides), return_state=True)
         if state.is_completed():
             results.append(state.result())
@@ -106,9 +112,25 @@ def _method_task(slug: str, scale: Scale, overrides: list[str] | None) -> dict:
 # Default-scale wall times through the flow on the project's 2-core machine (README, clean-clone make run):
 # the parallel runner starts the longest first, so two workers do not end on one long method alone.
 MEASURED_DEFAULT_SECONDS = {
-    "sdp": 389, "otter": 226, "hpde_gnn": 175, "ars": 86, "win_rate": 84, "ibmd": 80, "unhippo": 67,
-    "bnn_linf": 64, "score_fusion": 57, "self_ref": 53, "sdcib": 49, "sbg": 44, "sta": 44, "pag_cert": 29,
-    "zo_natural": 25, "fair_icp": 20, "kernel_sgd": 18, "sleeping_rl": 16, "ppd_snr": 16,
+    "sdp": 389,
+    "otter": 226,
+    "hpde_gnn": 175,
+    "ars": 86,
+    "win_rate": 84,
+    "ibmd": 80,
+    "unhippo": 67,
+    "bnn_linf": 64,
+    "score_fusion": 57,
+    "self_ref": 53,
+    "sdcib": 49,
+    "sbg": 44,
+    "sta": 44,
+    "pag_cert": 29,
+    "zo_natural": 25,
+    "fair_icp": 20,
+    "kernel_sgd": 18,
+    "sleeping_rl": 16,
+    "ppd_snr": 16,
 }
 
 
@@ -148,9 +170,16 @@ def dask_runner(address: str | None = None, workers: int = 2):
     # temporary server on the same database).
     api = get_current_settings().api.url
     # Loopback only, the dashboard included (a LocalCluster's dashboard binds every address otherwise).
-    return DaskTaskRunner(cluster_kwargs={"n_workers": workers, "threads_per_worker": 1, "processes": True,
-                                          "host": "127.0.0.1", "dashboard_address": "127.0.0.1:0",
-                                          "env": {"PREFECT_API_URL": str(api)} if api else {}})
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "host": "127.0.0.1",
+            "dashboard_address": "127.0.0.1:0",
+            "env": {"PREFECT_API_URL": str(api)} if api else {},
+        }
+    )
 
 
 @flow(name="all-methods-parallel", log_prints=True)
@@ -176,14 +205,23 @@ def _publish_report() -> None:
     except Exception as exc:  # a report problem must not fail the runs it describes
         logger.warning("report not written: %s: %s", type(exc).__name__, exc)
         return
-    create_link_artifact(key="report", link=path.resolve().as_uri(), link_text="paperline report (index.html)",
-                         description="claim table, figures and MLflow links of the latest runs")
+    create_link_artifact(
+        key="report",
+        link=path.resolve().as_uri(),
+        link_text="paperline report (index.html)",
+        description="claim table, figures and MLflow links of the latest runs",
+    )
     logger.info("report: %s", path)
 
 
 @flow(name="all-methods", log_prints=True)
-def all_methods(methods: list[MethodName] | None = None, scale: Scale = Scale.default,
-                runner: Runner = "sequential", dask_address: str | None = None, dask_workers: int = 2) -> list[dict]:
+def all_methods(
+    methods: list[MethodName] | None = None,
+    scale: Scale = Scale.default,
+    runner: Runner = "sequential",
+    dask_address: str | None = None,
+    dask_workers: int = 2,
+) -> list[dict]:
     """Every (or the chosen) registered method; a failure does not stop the rest.
 
     ``runner="dask"`` runs methods in parallel on a Dask cluster (``dask_address``, or a local one
@@ -202,8 +240,9 @@ def all_methods(methods: list[MethodName] | None = None, scale: Scale = Scale.de
 
 
 @flow(name="nightly-retrain", log_prints=True)
-def nightly_retrain(methods: list[MethodName] | None = None, scale: Scale = Scale.default,
-                    overrides: list[str] | None = None) -> list[dict]:
+def nightly_retrain(
+    methods: list[MethodName] | None = None, scale: Scale = Scale.default, overrides: list[str] | None = None
+) -> list[dict]:
     """Retrain, register a challenger per method, and move champions that earned it.
 
     ``overrides`` apply to every method (``key=value``) or to one (``slug:key=value``).

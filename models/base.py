@@ -29,11 +29,12 @@ import hashlib
 import importlib
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 from types import ModuleType
-from typing import Annotated, Any, ClassVar, Literal, Mapping, Self, Sequence
+from typing import Annotated, Any, ClassVar, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
@@ -185,9 +186,7 @@ def write_manifest(data_dir: Path, meta: Mapping[str, Any] | None = None) -> Dat
     Call it last in ``prepare``: the manifest is how later steps detect a corrupt dataset.
     """
     data_dir = Path(data_dir)
-    files = sorted(
-        str(p.relative_to(data_dir)) for p in data_dir.rglob("*") if p.is_file() and p.name != MANIFEST
-    )
+    files = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*") if p.is_file() and p.name != MANIFEST)
     hashes = {f: _sha256(data_dir / f) for f in files}
     total = hashlib.sha256("".join(f"{f}:{h}\n" for f, h in hashes.items()).encode()).hexdigest()
     manifest = {"sha256": total, "files": hashes, "meta": dict(meta or {})}
@@ -242,7 +241,7 @@ class TrainedArtifacts:
         (self.model_dir / self.FILE).write_text(json.dumps(payload, indent=1, default=float))
 
     @classmethod
-    def load(cls, model_dir: Path) -> "TrainedArtifacts":
+    def load(cls, model_dir: Path) -> TrainedArtifacts:
         path = Path(model_dir) / cls.FILE
         if not path.is_file():
             raise FileNotFoundError(f"no trained model at {model_dir} (missing {cls.FILE}); run the train step first")
@@ -273,7 +272,9 @@ STATES: tuple[State, ...] = ("holds", "fails", "inconclusive")
 
 
 def _passes(value: float, threshold: float, direction: str) -> bool:
-    return {">=": value >= threshold, ">": value > threshold, "<=": value <= threshold, "<": value < threshold}[direction]
+    return {">=": value >= threshold, ">": value > threshold, "<=": value <= threshold, "<": value < threshold}[
+        direction
+    ]
 
 
 @dataclass(frozen=True)
@@ -311,9 +312,16 @@ class Criterion:
 
     @property
     def state(self) -> State:
-        if not (math.isfinite(self.estimate) and math.isfinite(self.threshold)) or math.isnan(self.low) or math.isnan(self.high):
+        if (
+            not (math.isfinite(self.estimate) and math.isfinite(self.threshold))
+            or math.isnan(self.low)
+            or math.isnan(self.high)
+        ):
             return "fails"
-        lower_ok, upper_ok = _passes(self.low, self.threshold, self.direction), _passes(self.high, self.threshold, self.direction)
+        lower_ok, upper_ok = (
+            _passes(self.low, self.threshold, self.direction),
+            _passes(self.high, self.threshold, self.direction),
+        )
         if lower_ok and upper_ok:
             return "holds"
         if not lower_ok and not upper_ok:
@@ -333,8 +341,10 @@ class Criterion:
 
     def describe(self, digits: int = 3) -> str:
         """``name: 0.93 [0.91, 0.95] >= 0.9 -> holds``."""
+
         def f(x: float) -> str:
             return f"{x:.{digits}g}"
+
         interval = "" if self.low == self.high == self.estimate else f" [{f(self.low)}, {f(self.high)}]"
         return f"{self.name}: {f(self.estimate)}{interval} {self.direction} {f(self.threshold)} -> {self.state}"
 
@@ -342,7 +352,7 @@ class Criterion:
         return {**asdict(self), "state": self.state}
 
     @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> "Criterion":
+    def from_dict(cls, payload: Mapping[str, Any]) -> Criterion:
         fields = {k: v for k, v in payload.items() if k != "state"}
         for key in ("estimate", "low", "high", "threshold"):
             fields[key] = float(fields[key])
@@ -400,15 +410,23 @@ class ClaimResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "statement": self.statement, "verdict": self.verdict,
+            "statement": self.statement,
+            "verdict": self.verdict,
             "criteria": [c.to_dict() for c in self.criteria],
-            "sanity": dict(self.sanity), "figures": dict(self.figures), "notes": self.notes,
+            "sanity": dict(self.sanity),
+            "figures": dict(self.figures),
+            "notes": self.notes,
         }
 
     @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> "ClaimResult":
-        return cls(payload["statement"], [Criterion.from_dict(c) for c in payload["criteria"]],
-                   dict(payload.get("sanity", {})), dict(payload.get("figures", {})), payload.get("notes", ""))
+    def from_dict(cls, payload: Mapping[str, Any]) -> ClaimResult:
+        return cls(
+            payload["statement"],
+            [Criterion.from_dict(c) for c in payload["criteria"]],
+            dict(payload.get("sanity", {})),
+            dict(payload.get("figures", {})),
+            payload.get("notes", ""),
+        )
 
 
 # ----------------------------------------------------------------------------- spec

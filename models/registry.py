@@ -5,8 +5,8 @@ Importing this module imports each method's ``SPEC`` and config only: pydantic, 
 
 from __future__ import annotations
 
-from models.base import MethodSpec
 from models.ars import SPEC as ars
+from models.base import MethodSpec
 from models.bnn_linf import SPEC as bnn_linf
 from models.fair_icp import SPEC as fair_icp
 from models.hpde_gnn import SPEC as hpde_gnn
@@ -17,8 +17,8 @@ from models.pag_cert import SPEC as pag_cert
 from models.ppd_snr import SPEC as ppd_snr
 from models.sbg import SPEC as sbg
 from models.score_fusion import SPEC as score_fusion
-from models.sdp import SPEC as sdp
 from models.sdcib import SPEC as sdcib
+from models.sdp import SPEC as sdp
 from models.self_ref import SPEC as self_ref
 from models.sleeping_rl import SPEC as sleeping_rl
 from models.sta import SPEC as sta

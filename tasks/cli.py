@@ -71,8 +71,8 @@ def _validate_run(args: argparse.Namespace):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from tasks.config import ConfigError
     from models.registry import UnknownMethodError
+    from tasks.config import ConfigError
 
     try:
         methods = _validate_run(args)
@@ -92,13 +92,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     # One temporary Prefect server in its own session, shared with local Dask workers, unless one runs
     # (a remote Dask cluster cannot reach this machine's loopback: Prefect's own per-process default).
-    shared = (servers.shared_temporary_prefect()
-              if not args.dask_address and not os.environ.get("PREFECT_API_URL") else contextlib.nullcontext())
+    shared = (
+        servers.shared_temporary_prefect()
+        if not args.dask_address and not os.environ.get("PREFECT_API_URL")
+        else contextlib.nullcontext()
+    )
     try:
         with _terminate_as_exit(), shared:
             if args.all:
-                results = all_methods(methods, Scale(args.scale), runner=args.runner,
-                                      dask_address=args.dask_address, dask_workers=args.workers)
+                results = all_methods(
+                    methods,
+                    Scale(args.scale),
+                    runner=args.runner,
+                    dask_address=args.dask_address,
+                    dask_workers=args.workers,
+                )
             else:
                 try:
                     results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
@@ -108,8 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         _drop_staging(root, methods)
         raise
     print("\n" + report.text_table(results))
-    print(f"\n{len(results)} method(s) in {time.perf_counter() - started:.1f} s; "
-          f"MLflow: {_mlflow_hint(root)}")
+    print(f"\n{len(results)} method(s) in {time.perf_counter() - started:.1f} s; MLflow: {_mlflow_hint(root)}")
     crashed = [r["method"] for r in results if "error" in r]
     insane = [r["method"] for r in results if "error" not in r and not r["sane"]]
     if insane:
@@ -129,6 +136,7 @@ class Terminated(SystemExit):
 def _terminate_as_exit():
     """Turn SIGTERM into ``Terminated`` while a run is in progress (Python's default ends the process
     at once, leaving the temporary Prefect server running and the MLflow run open)."""
+
     def handler(signum, frame):
         raise Terminated(128 + signum)
 
@@ -161,8 +169,10 @@ def _drop_staging(root: Path, methods: list[str]) -> None:
         except Timeout:
             continue
         try:
-            for staging in (layout.data_dir.with_name(layout.data_dir.name + ".partial"),
-                            layout.out_dir / "model.partial"):
+            for staging in (
+                layout.data_dir.with_name(layout.data_dir.name + ".partial"),
+                layout.out_dir / "model.partial",
+            ):
                 shutil.rmtree(staging, ignore_errors=True)
         finally:
             lock.release()
@@ -177,8 +187,8 @@ def _mlflow_hint(root: Path) -> str:
 def cmd_stage(args: argparse.Namespace) -> int:
     """What a DVC stage runs: one step of one method with params.yaml's config."""
     from models.base import DatasetError
-    from models.registry import UnknownMethodError, get
     from models.common import runtime
+    from models.registry import UnknownMethodError, get
     from tasks.config import ConfigError, config_from_params
 
     root = env.project_root()
@@ -220,9 +230,9 @@ def _run_stage(step: str, spec, cfg, root: Path) -> None:
 
 
 def cmd_params(args: argparse.Namespace) -> int:
+    from models.registry import names
     from tasks.config import ConfigError, config_from_params, render_params
     from tasks.dvc_pipeline import render_dvc_yaml
-    from models.registry import names
 
     root = env.project_root()
     if args.write:
@@ -282,8 +292,11 @@ def _skip_dead_servers(root: Path) -> None:
 
     for name, state in servers.check(root).items():
         if state != "up":
-            print(f"paperline: the {name} server in .paperline/servers.json is {state}; ignoring it "
-                  "(`paperline down` clears the record)", file=sys.stderr)
+            print(
+                f"paperline: the {name} server in .paperline/servers.json is {state}; ignoring it "
+                "(`paperline down` clears the record)",
+                file=sys.stderr,
+            )
             if name == "mlflow":
                 os.environ.setdefault("MLFLOW_TRACKING_URI", tracking.local_uri(root))
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
@@ -332,8 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="every registered method")
     p.add_argument("--scale", default="default", help="smoke | default | paper (default: default)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable (dotted keys)")
-    p.add_argument("--runner", choices=["sequential", "dask"], default="sequential",
-                   help="with --all: one method after another, or in parallel on Dask (default: sequential)")
+    p.add_argument(
+        "--runner",
+        choices=["sequential", "dask"],
+        default="sequential",
+        help="with --all: one method after another, or in parallel on Dask (default: sequential)",
+    )
     p.add_argument("--dask-address", default=None, help="scheduler of a running Dask cluster (default: a local one)")
     p.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default: 2)")
     p.set_defaults(func=cmd_run)

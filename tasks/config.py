@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -61,8 +62,9 @@ def check_override_targets(pairs: Iterable[str] | None, methods: Iterable[str]) 
     for pair in pairs or []:
         target, sep, _ = pair.partition(":")
         if sep and "=" not in target and target.strip() not in chosen:
-            raise ConfigError(f"override {pair!r} names method {target.strip()!r}, which is not in this run "
-                              f"({', '.join(chosen)})")
+            raise ConfigError(
+                f"override {pair!r} names method {target.strip()!r}, which is not in this run ({', '.join(chosen)})"
+            )
 
 
 def describe_validation(exc: ValidationError) -> str:
@@ -80,7 +82,9 @@ def allowed_keys(config: type[MethodConfig]) -> list[str]:
     return [k for k in config.for_scale(Scale.default).flat() if k != "scale"]
 
 
-def build_config(spec: MethodSpec, scale: str | Scale = Scale.default, overrides: dict[str, Any] | None = None) -> MethodConfig:
+def build_config(
+    spec: MethodSpec, scale: str | Scale = Scale.default, overrides: dict[str, Any] | None = None
+) -> MethodConfig:
     """The validated config, or a ConfigError naming what is wrong and what is allowed."""
     try:
         scale = Scale(scale)

@@ -73,9 +73,13 @@ def latest(c, spec: MethodSpec) -> MethodStatus:
     out.claim = tags.get("paperline.claim", spec.claim)
     out.criteria = tracking.criteria_from_tags(tags)
     criterion_keys = {f"claim/{c['name']}/" for c in out.criteria}
-    out.figures = {k.removeprefix("claim/"): v for k, v in sorted(metrics.items())
-                   if k.startswith("claim/") and k not in ("claim/verdict", "claim/sane")
-                   and not any(k.startswith(p) for p in criterion_keys)}
+    out.figures = {
+        k.removeprefix("claim/"): v
+        for k, v in sorted(metrics.items())
+        if k.startswith("claim/")
+        and k not in ("claim/verdict", "claim/sane")
+        and not any(k.startswith(p) for p in criterion_keys)
+    }
     out.dataset, out.data_source = tags.get("paperline.dataset"), tags.get("paperline.data_source")
     out.data_provenance, out.data_sha256 = tags.get("paperline.data_provenance"), tags.get("paperline.data_sha256")
     out.failure = tags.get("paperline.failure")
@@ -100,10 +104,20 @@ def _verdict(value: str | None) -> str:
 def status_table(items: list[MethodStatus], criteria: bool = True) -> str:
     """One line per method; with ``criteria``, each criterion (estimate [interval] vs threshold) beneath it."""
     header = ("method", "last run", "status", "scale", "verdict", "must-pass", "data", "champion", "challenger")
-    body = [(s.method, s.started or "never", s.status or "-", s.scale or "-", _verdict(s.verdict),
-             "-" if s.sane is None else ("pass" if s.sane else "FAIL"),
-             f"{s.dataset} ({s.data_source})" if s.dataset else "-",
-             f"v{s.champion}" if s.champion else "-", f"v{s.challenger}" if s.challenger else "-") for s in items]
+    body = [
+        (
+            s.method,
+            s.started or "never",
+            s.status or "-",
+            s.scale or "-",
+            _verdict(s.verdict),
+            "-" if s.sane is None else ("pass" if s.sane else "FAIL"),
+            f"{s.dataset} ({s.data_source})" if s.dataset else "-",
+            f"v{s.champion}" if s.champion else "-",
+            f"v{s.challenger}" if s.challenger else "-",
+        )
+        for s in items
+    ]
     rows = [header, *body]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
 
@@ -119,6 +133,7 @@ def status_table(items: list[MethodStatus], criteria: bool = True) -> str:
 
 
 # ----------------------------------------------------------------------------------- the report
+
 
 def mlflow_ui_base(root: Path) -> str:
     """Where the MLflow UI is: the server ``paperline up`` started, else ``mlflow ui``'s default."""
@@ -138,8 +153,9 @@ def _download_plots(c, run_id: str, dest: Path) -> list[Path]:
     if not names:
         return []
     dest.mkdir(parents=True, exist_ok=True)
-    local = mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="plots", dst_path=str(dest),
-                                                tracking_uri=c.tracking_uri)
+    local = mlflow.artifacts.download_artifacts(
+        run_id=run_id, artifact_path="plots", dst_path=str(dest), tracking_uri=c.tracking_uri
+    )
     return sorted(p for p in Path(local).rglob("*") if p.suffix.lower() in (".png", ".svg", ".jpg"))
 
 
@@ -169,21 +185,37 @@ def _badge(verdict: str | None) -> str:
 def _criteria_table(criteria: list[dict]) -> str:
     if not criteria:
         return "<p>No criteria recorded.</p>"
-    head = ("criterion", "what it compares", "estimate [95 % interval]", "threshold", "state", "units",
-            "paper reports")
+    head = ("criterion", "what it compares", "estimate [95 % interval]", "threshold", "state", "units", "paper reports")
     body = []
     for c in criteria:
         if "estimate" not in c:
-            body.append("<tr>" + _cell(c.get("name", "?")) + f'<td colspan="6">{html.escape(c.get("state", "?"))}</td></tr>')
+            body.append(
+                "<tr>" + _cell(c.get("name", "?")) + f'<td colspan="6">{html.escape(c.get("state", "?"))}</td></tr>'
+            )
             continue
         why = f" ({c['reason']})" if c.get("reason") else ""
-        body.append("<tr>" + "".join([
-            f"<td><code>{html.escape(c['name'])}</code></td>", _cell(c.get("statement", "")),
-            _cell(report.interval_text(c)), _cell(f"{c['direction']} {report.number(c['threshold'])}"),
-            f"<td>{_badge(c['state'])}{html.escape(why)}</td>",
-            _cell(f"{c.get('units', '')}, {c.get('interval', '')} interval"), _cell(c.get("paper") or "-")]) + "</tr>")
-    return ('<table class="criteria"><thead><tr>' + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(body) + "</tbody></table>")
+        body.append(
+            "<tr>"
+            + "".join(
+                [
+                    f"<td><code>{html.escape(c['name'])}</code></td>",
+                    _cell(c.get("statement", "")),
+                    _cell(report.interval_text(c)),
+                    _cell(f"{c['direction']} {report.number(c['threshold'])}"),
+                    f"<td>{_badge(c['state'])}{html.escape(why)}</td>",
+                    _cell(f"{c.get('units', '')}, {c.get('interval', '')} interval"),
+                    _cell(c.get("paper") or "-"),
+                ]
+            )
+            + "</tr>"
+        )
+    return (
+        '<table class="criteria"><thead><tr>'
+        + "".join(f"<th>{h}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table>"
+    )
 
 
 def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_dir: Path, ui_base: str) -> str:
@@ -193,38 +225,56 @@ def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_d
         url = f"{ui_base}/#/experiments/{s.experiment_id}/runs/{s.run_id}"
         return f'<a href="{html.escape(url)}">{html.escape(s.run_id[:12])}</a>'
 
-    index = "".join(f'<a href="#{html.escape(s.method)}">{html.escape(s.method)} {_badge(s.verdict)}</a>' for s in items)
+    index = "".join(
+        f'<a href="#{html.escape(s.method)}">{html.escape(s.method)} {_badge(s.verdict)}</a>' for s in items
+    )
     counts = {v: sum(s.verdict == v for s in items) for v in ("holds", "fails", "inconclusive")}
     rows = []
     for s in items:
         sane = "-" if s.sane is None else ("pass" if s.sane else "FAIL")
-        rows.append("<tr>" + "".join([
-            f'<td><a href="#{s.method}">{html.escape(s.method)}</a></td>', f"<td>{_badge(s.verdict)}</td>",
-            _cell(sane, sane), _cell(f"{s.dataset or '-'} ({s.data_source or '-'})", s.data_source or ""),
-            _cell(s.status or "never run"), _cell(f"v{s.champion}" if s.champion else "-"), f"<td>{run_link(s)}</td>"])
-            + "</tr>")
+        rows.append(
+            "<tr>"
+            + "".join(
+                [
+                    f'<td><a href="#{s.method}">{html.escape(s.method)}</a></td>',
+                    f"<td>{_badge(s.verdict)}</td>",
+                    _cell(sane, sane),
+                    _cell(f"{s.dataset or '-'} ({s.data_source or '-'})", s.data_source or ""),
+                    _cell(s.status or "never run"),
+                    _cell(f"v{s.champion}" if s.champion else "-"),
+                    f"<td>{run_link(s)}</td>",
+                ]
+            )
+            + "</tr>"
+        )
     sections = []
     for s in items:
         imgs = "".join(
             f'<figure><img src="{html.escape(p.relative_to(out_dir).as_posix())}" alt="{html.escape(p.stem)}">'
-            f"<figcaption>{html.escape(p.name)}</figcaption></figure>" for p in figures.get(s.method, []))
+            f"<figcaption>{html.escape(p.name)}</figcaption></figure>"
+            for p in figures.get(s.method, [])
+        )
         extra = "".join(f"<li><code>{html.escape(k)}</code> = {v:.6g}</li>" for k, v in s.figures.items())
         notes = []
         if s.sane is False or s.failure:
             notes.append(f"<p class='FAIL'>Run failed: {html.escape(s.failure or 'a must-pass check failed')}</p>")
         if s.decision:
             notes.append(f"<p><b>Promotion:</b> {html.escape(s.decision)}</p>")
-        data = (f"<p><b>Data:</b> <code>{html.escape(s.dataset)}</code> "
-                f"<span class='{html.escape(s.data_source or '')}'>{html.escape(s.data_source or 'unspecified')}</span>"
-                f" &mdash; {html.escape(s.data_provenance or 'no provenance recorded')}"
-                f" (sha256 <code>{html.escape((s.data_sha256 or '')[:12])}</code>, scale {html.escape(s.scale or '-')})</p>"
-                if s.dataset else "<p>Never run.</p>")
+        data = (
+            f"<p><b>Data:</b> <code>{html.escape(s.dataset)}</code> "
+            f"<span class='{html.escape(s.data_source or '')}'>{html.escape(s.data_source or 'unspecified')}</span>"
+            f" &mdash; {html.escape(s.data_provenance or 'no provenance recorded')}"
+            f" (sha256 <code>{html.escape((s.data_sha256 or '')[:12])}</code>, scale {html.escape(s.scale or '-')})</p>"
+            if s.dataset
+            else "<p>Never run.</p>"
+        )
         sections.append(
             f'<section id="{s.method}"><h2>{html.escape(s.method)} {_badge(s.verdict)}</h2>'
             f"<p><i>{html.escape(s.title)}</i></p><p class='claim'><b>Claim:</b> {html.escape(s.claim)}</p>"
             f"{data}{''.join(notes)}{_criteria_table(s.criteria)}"
             + (f"<details><summary>Other measured numbers</summary><ul>{extra}</ul></details>" if extra else "")
-            + f"{imgs or '<p>No figures.</p>'}<p>MLflow run: {run_link(s)}</p></section>")
+            + f"{imgs or '<p>No figures.</p>'}<p>MLflow run: {run_link(s)}</p></section>"
+        )
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
     return (
@@ -236,7 +286,10 @@ def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_d
         f"<nav class='index'>{index}</nav>"
         "<table class='overview'><thead><tr><th>method</th><th>verdict</th><th>must-pass</th><th>data</th>"
         "<th>run status</th><th>champion</th><th>MLflow run</th></tr></thead><tbody>"
-        + "".join(rows) + "</tbody></table>" + "".join(sections) + "</body></html>"
+        + "".join(rows)
+        + "</tbody></table>"
+        + "".join(sections)
+        + "</body></html>"
     )
 
 
@@ -256,9 +309,17 @@ def write_report(root: Path, out_dir: Path | None = None, log_to_mlflow: bool = 
     staging.rename(out_dir)
     if log_to_mlflow:
         exp = c.get_experiment_by_name(REPORT_EXPERIMENT)
-        exp_id = exp.experiment_id if exp else c.create_experiment(
-            REPORT_EXPERIMENT, artifact_location=(root / "mlflow" / "artifacts" / "report").resolve().as_uri()
-            if c.tracking_uri.startswith("sqlite:") else None, tags={"mlflow.experimentKind": "custom_model_development"})
+        exp_id = (
+            exp.experiment_id
+            if exp
+            else c.create_experiment(
+                REPORT_EXPERIMENT,
+                artifact_location=(root / "mlflow" / "artifacts" / "report").resolve().as_uri()
+                if c.tracking_uri.startswith("sqlite:")
+                else None,
+                tags={"mlflow.experimentKind": "custom_model_development"},
+            )
+        )
         run = c.create_run(exp_id, tags={"mlflow.runName": f"report-{dt.datetime.now():%Y%m%d-%H%M%S}"})
         c.log_artifacts(run.info.run_id, str(out_dir), "report")
         c.set_terminated(run.info.run_id, status="FINISHED")

@@ -18,7 +18,6 @@ from tasks import publish as publish_mod
 from tasks import steps, tracking
 
 
-
 @task(name="prepare", task_run_name="prepare-{slug}")
 def prepare(slug: str, cfg: MethodConfig, root: Path) -> dict:
     ref = steps.prepare(get(slug), cfg, root, reuse=True)
@@ -43,15 +42,22 @@ def version_dataset(slug: str, cfg: MethodConfig, root: Path) -> bool:
     if steps.data_params(tracked) != steps.data_params(cfg):
         logger.info("data params differ from params.yaml: dataset not committed to DVC")
         return False
-    proc = subprocess.run([sys.executable, "-m", "dvc", "commit", "--force", "--quiet", f"prepare@{slug}"], cwd=root,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "dvc", "commit", "--force", "--quiet", f"prepare@{slug}"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         message = proc.stderr.strip() or proc.stdout.strip()
         if "lock" in message.lower():
             # Another DVC process (a `dvc repro`) holds the repository lock: the data are fine, only
             # their copy in the cache waits; failing here would lose the run for nothing.
-            logger.warning("DVC is busy (%s); run `dvc commit prepare@%s` later to version this dataset",
-                           message.splitlines()[-1], slug)
+            logger.warning(
+                "DVC is busy (%s); run `dvc commit prepare@%s` later to version this dataset",
+                message.splitlines()[-1],
+                slug,
+            )
             return False
         raise RuntimeError(f"dvc commit prepare@{slug} failed: {message}")
     logger.info("dataset committed to the DVC cache (prepare@%s)", slug)

@@ -62,31 +62,41 @@ def version_tags(data: DatasetRef, scale: str, claim: ClaimResult) -> dict[str, 
 
 def comparable(champion_tags: dict[str, str], new_tags: dict[str, str]) -> str | None:
     """None when the champion can be ranked against the new version, else why not."""
-    for key, what in ((f"{tracking.TAG}.data_sha256", "dataset"), (f"{tracking.TAG}.data_source", "dataset"),
-                      (f"{tracking.TAG}.scale", "scale")):
+    for key, what in (
+        (f"{tracking.TAG}.data_sha256", "dataset"),
+        (f"{tracking.TAG}.data_source", "dataset"),
+        (f"{tracking.TAG}.scale", "scale"),
+    ):
         old, new = champion_tags.get(key), new_tags.get(key)
         if old is None:
             return f"the champion records no {what}"
         if old != new:
             if what == "dataset":
                 name = champion_tags.get(f"{tracking.TAG}.dataset", "?")
-                return (f"trained on another dataset (champion: {name} {old[:12]}, "
-                        f"{champion_tags.get(f'{tracking.TAG}.data_source', '?')}; this version: "
-                        f"{new_tags.get(f'{tracking.TAG}.dataset', '?')} {new[:12]}, "
-                        f"{new_tags.get(f'{tracking.TAG}.data_source', '?')})")
+                return (
+                    f"trained on another dataset (champion: {name} {old[:12]}, "
+                    f"{champion_tags.get(f'{tracking.TAG}.data_source', '?')}; this version: "
+                    f"{new_tags.get(f'{tracking.TAG}.dataset', '?')} {new[:12]}, "
+                    f"{new_tags.get(f'{tracking.TAG}.data_source', '?')})"
+                )
             return f"trained at another scale (champion: {old}; this version: {new})"
     return None
 
 
-def decide_and_alias(root: Path, spec: MethodSpec, version: str, metrics: Metrics, claim: ClaimResult,
-                     data: DatasetRef, scale: str) -> Decision:
+def decide_and_alias(
+    root: Path, spec: MethodSpec, version: str, metrics: Metrics, claim: ClaimResult, data: DatasetRef, scale: str
+) -> Decision:
     """Tag ``version`` with its dataset and scale, set ``challenger`` on it and move ``champion`` if it earned it."""
     c = tracking.client(root)
     name = tracking.registered_name(spec)
     decided = dict(c.get_model_version(name, version).tags)
     if decided.get("paperline.decision") in ("promoted", "kept", "not compared"):  # a retried publish: same answer
-        return Decision(version, decided["paperline.decision"] == "promoted", decided.get("paperline.reason", ""),
-                        alias_version(c, spec, CHAMPION))
+        return Decision(
+            version,
+            decided["paperline.decision"] == "promoted",
+            decided.get("paperline.reason", ""),
+            alias_version(c, spec, CHAMPION),
+        )
     tags = version_tags(data, scale, claim)
     for key, value in tags.items():
         c.set_model_version_tag(name, version, key, value)
@@ -106,11 +116,19 @@ def decide_and_alias(root: Path, spec: MethodSpec, version: str, metrics: Metric
     elif mismatch:
         promoted, reason = False, f"not compared with champion v{old_version}: {mismatch}; champion stays"
     elif is_better(spec, new, old):
-        promoted, reason = True, f"{spec.primary_metric} {new:.4g} beats champion v{old_version} ({old:.4g}, {arrow} is better)"
+        promoted, reason = (
+            True,
+            f"{spec.primary_metric} {new:.4g} beats champion v{old_version} ({old:.4g}, {arrow} is better)",
+        )
     else:
-        promoted, reason = False, f"{spec.primary_metric} {new:.4g} does not beat champion v{old_version} ({old:.4g}, {arrow} is better)"
+        promoted, reason = (
+            False,
+            f"{spec.primary_metric} {new:.4g} does not beat champion v{old_version} ({old:.4g}, {arrow} is better)",
+        )
     if promoted:
         c.set_registered_model_alias(name, CHAMPION, version)
-    c.set_model_version_tag(name, version, "paperline.decision", "promoted" if promoted else ("not compared" if mismatch else "kept"))
+    c.set_model_version_tag(
+        name, version, "paperline.decision", "promoted" if promoted else ("not compared" if mismatch else "kept")
+    )
     c.set_model_version_tag(name, version, "paperline.reason", reason)
     return Decision(version, promoted, reason, version if promoted else old_version)

@@ -62,8 +62,12 @@ def mark_orphans(c, spec: MethodSpec, run_id: str) -> list[str]:
         if "paperline.decision" in v.tags or v.run_id == run_id:
             continue
         c.set_model_version_tag(v.name, v.version, "paperline.decision", "orphaned")
-        c.set_model_version_tag(v.name, v.version, "paperline.reason",
-                                "its publish step was interrupted before a decision; not compared, never champion")
+        c.set_model_version_tag(
+            v.name,
+            v.version,
+            "paperline.reason",
+            "its publish step was interrupted before a decision; not compared, never champion",
+        )
         orphans.append(str(v.version))
     return orphans
 
@@ -81,9 +85,18 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
         tracking.log_results(root, run_id, spec, data, artifacts, metrics, claim, layout.out_dir)
         c.set_tag(run_id, RESULTS_LOGGED, "1")
     failed = tuple(k for k, ok in claim.sanity.items() if not ok)
-    common = dict(method=spec.slug, run_id=run_id, claim=claim.statement, verdict=claim.verdict,
-                  criteria=[c.to_dict() for c in claim.criteria], figures=claim.figures, sane=claim.sane,
-                  failed_checks=failed, dataset=data.name, data_source=data.source)
+    common = dict(
+        method=spec.slug,
+        run_id=run_id,
+        claim=claim.statement,
+        verdict=claim.verdict,
+        criteria=[c.to_dict() for c in claim.criteria],
+        figures=claim.figures,
+        sane=claim.sane,
+        failed_checks=failed,
+        dataset=data.name,
+        data_source=data.source,
+    )
     if failed:
         reason = f"must-pass checks failed: {', '.join(failed)}; no version registered"
         tracking.fail_run(root, run_id, reason)
@@ -99,5 +112,10 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
     c.set_tag(run_id, "paperline.decision_reason", decision.reason)
     c.set_tag(run_id, "paperline.model_version", version)
     c.set_terminated(run_id, status="FINISHED")
-    return PublishResult(**common, version=version, promoted=decision.promoted,
-                         champion_version=decision.champion_version, reason=decision.reason)
+    return PublishResult(
+        **common,
+        version=version,
+        promoted=decision.promoted,
+        champion_version=decision.champion_version,
+        reason=decision.reason,
+    )

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import mlflow
 import numpy as np
+
+import mlflow
 
 
 class PaperlineModel(mlflow.pyfunc.PythonModel):

@@ -8,7 +8,8 @@ report and ``paperline status`` show.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 # The decision comes before the long figures, so narrow views (the Prefect UI) show it unscrolled.
 COLUMNS = ("method", "verdict", "must-pass", "version", "champion", "decision", "criteria", "data", "MLflow run")
@@ -36,25 +37,34 @@ def criterion_line(c: Mapping[str, Any]) -> str:
     """``name: 0.93 [0.91, 0.95] >= 0.9 -> holds (5 paired seeds)``."""
     if "estimate" not in c:
         return f"{c.get('name', '?')}: {c.get('state', '?')}"
-    return (f"{c['name']}: {interval_text(c)} {c['direction']} {number(c['threshold'])} -> {c['state']}"
-            f" ({c.get('units', '')})")
+    return (
+        f"{c['name']}: {interval_text(c)} {c['direction']} {number(c['threshold'])} -> {c['state']}"
+        f" ({c.get('units', '')})"
+    )
 
 
 def rows(results: Iterable[dict[str, Any]]) -> list[tuple[str, ...]]:
     out = []
     for r in results:
         if "error" in r:
-            out.append((r["method"], "-", "ERROR", "-", "-", "run failed", r["error"][:80], "-", r.get("run_id") or "-"))
+            out.append(
+                (r["method"], "-", "ERROR", "-", "-", "run failed", r["error"][:80], "-", r.get("run_id") or "-")
+            )
             continue
         checks = "pass" if r["sane"] else "FAIL: " + ", ".join(r["failed_checks"])
-        out.append((
-            r["method"], VERDICT_WORDS.get(r["verdict"], r["verdict"]), checks,
-            f"v{r['version']}" if r["version"] else "-",
-            f"v{r['champion_version']}" if r["champion_version"] else "-",
-            ("promoted" if r["promoted"] else "kept") + ": " + r["reason"],
-            "; ".join(criterion_line(c) for c in r["criteria"]),
-            f"{r.get('dataset', '')} ({r.get('data_source', '?')})", r["run_id"],
-        ))
+        out.append(
+            (
+                r["method"],
+                VERDICT_WORDS.get(r["verdict"], r["verdict"]),
+                checks,
+                f"v{r['version']}" if r["version"] else "-",
+                f"v{r['champion_version']}" if r["champion_version"] else "-",
+                ("promoted" if r["promoted"] else "kept") + ": " + r["reason"],
+                "; ".join(criterion_line(c) for c in r["criteria"]),
+                f"{r.get('dataset', '')} ({r.get('data_source', '?')})",
+                r["run_id"],
+            )
+        )
     return out
 
 

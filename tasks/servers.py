@@ -18,8 +18,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from tasks import env
 
@@ -69,7 +69,7 @@ def _identity_once_started(pid: int, cmd: list[str], timeout: float = 10.0) -> d
     while True:
         now = identity(pid)
         shown = now["cmdline"] if now else []
-        if now is None or (shown and shown[len(shown) - len(cmd) + 1:] == cmd[1:]) or time.monotonic() > deadline:
+        if now is None or (shown and shown[len(shown) - len(cmd) + 1 :] == cmd[1:]) or time.monotonic() > deadline:
             return now or {}
         time.sleep(0.05)
 
@@ -140,19 +140,35 @@ def _wait_healthy(url: str, proc: subprocess.Popen, log: Path, timeout: float) -
 
 def _uvicorn_prefect(host: str, port: int, *extra: str) -> list[str]:
     """Prefect's server as ``prefect server start`` runs it, but built by :func:`prefect_app`."""
-    return [sys.executable, "-m", "uvicorn", "--app-dir", str(Path(__file__).resolve().parents[1]),
-            "--factory", "tasks.servers:prefect_app", "--host", host, "--port", str(port), "--lifespan", "on",
-            *extra]
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--app-dir",
+        str(Path(__file__).resolve().parents[1]),
+        "--factory",
+        "tasks.servers:prefect_app",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--lifespan",
+        "on",
+        *extra,
+    ]
 
 
-def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: int = 5000,
-       timeout: float = 300.0) -> dict[str, dict]:
+def up(
+    root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: int = 5000, timeout: float = 300.0
+) -> dict[str, dict]:
     """Start both servers (unless already up), wait for their health checks, record PIDs."""
     env.configure(root)
     env.make_state_dirs(root)
     if host != LOOPBACK:
-        print(f"warning: binding to {host}: the servers have no authentication and will be reachable "
-              "from other machines", file=sys.stderr)
+        print(
+            f"warning: binding to {host}: the servers have no authentication and will be reachable from other machines",
+            file=sys.stderr,
+        )
     current = running(root)
     logs = env.state_dir(root) / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -160,15 +176,36 @@ def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: 
     bin_dir = Path(sys.executable).parent
     commands = {
         "prefect": (
-            _uvicorn_prefect(host, prefect_port, "--timeout-keep-alive", "5", "--log-level",
-                             os.environ.get("PREFECT_SERVER_LOGGING_LEVEL", "warning").lower()),
-            prefect_port, "/api/health", f"http://{host}:{prefect_port}",
+            _uvicorn_prefect(
+                host,
+                prefect_port,
+                "--timeout-keep-alive",
+                "5",
+                "--log-level",
+                os.environ.get("PREFECT_SERVER_LOGGING_LEVEL", "warning").lower(),
+            ),
+            prefect_port,
+            "/api/health",
+            f"http://{host}:{prefect_port}",
         ),
         "mlflow": (
-            [str(bin_dir / "mlflow"), "server", "--host", host, "--port", str(mlflow_port), "--workers", "1",
-             "--backend-store-uri", f"sqlite:///{(root / 'mlflow' / 'mlflow.db').resolve()}",
-             "--artifacts-destination", str((root / "mlflow" / "artifacts").resolve())],
-            mlflow_port, "/health", f"http://{host}:{mlflow_port}",
+            [
+                str(bin_dir / "mlflow"),
+                "server",
+                "--host",
+                host,
+                "--port",
+                str(mlflow_port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                f"sqlite:///{(root / 'mlflow' / 'mlflow.db').resolve()}",
+                "--artifacts-destination",
+                str((root / "mlflow" / "artifacts").resolve()),
+            ],
+            mlflow_port,
+            "/health",
+            f"http://{host}:{mlflow_port}",
         ),
     }
     started: dict[str, dict] = dict(current)
@@ -182,15 +219,24 @@ def up(root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: 
         server_env = os.environ.copy()
         if name == "prefect":
             # The UI's browser code calls this URL; its default is port 4200 whatever --port says.
-            server_env.update(env.prefect_server_env(host, port), PREFECT_UI_API_URL=f"{url}/api",
-                              PREFECT__SERVER_FINAL="1")
-        proc = subprocess.Popen(cmd, cwd=root, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
-                                start_new_session=True, env=server_env)
+            server_env.update(
+                env.prefect_server_env(host, port), PREFECT_UI_API_URL=f"{url}/api", PREFECT__SERVER_FINAL="1"
+            )
+        proc = subprocess.Popen(
+            cmd, cwd=root, stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True, env=server_env
+        )
         procs[name] = (proc, url + health, log)
-        started[name] = {"pid": proc.pid, "url": url, "health": health, "host": host, "port": port,
-                         "log": str(log), **_identity_once_started(proc.pid, cmd)}
+        started[name] = {
+            "pid": proc.pid,
+            "url": url,
+            "health": health,
+            "host": host,
+            "port": port,
+            "log": str(log),
+            **_identity_once_started(proc.pid, cmd),
+        }
         _record(root).write_text(json.dumps(started, indent=2))
-    for name, (proc, health_url, log) in procs.items():
+    for proc, health_url, log in procs.values():
         try:
             _wait_healthy(health_url, proc, log, timeout)
         except Exception:
@@ -208,8 +254,11 @@ def down(root: Path, timeout: float = 20.0) -> list[str]:
         pid = _pid(info)
         if not pid or not is_ours(info):
             if pid and identity(pid) is not None:
-                print(f"paperline: {name}: pid {pid} is not the server `paperline up` started (a reused PID, "
-                      "or a record without its start time); left alone", file=sys.stderr)
+                print(
+                    f"paperline: {name}: pid {pid} is not the server `paperline up` started (a reused PID, "
+                    "or a record without its start time); left alone",
+                    file=sys.stderr,
+                )
             continue
         try:
             os.killpg(pid, signal.SIGTERM)  # the group we created with start_new_session
@@ -263,6 +312,7 @@ def prefect_app():
 def _stop_with_parent(parent: int) -> None:
     """A temporary server runs in its own session (a Ctrl-C meant for the CLI must not kill it mid-run),
     so it ends itself once the process that started it is gone, even after a SIGKILL."""
+
     def watch() -> None:
         while os.getppid() == parent:
             time.sleep(1.0)
@@ -280,12 +330,18 @@ def _temporary_server():
         _instances: dict = {}  # not shared with Prefect's own temporary servers
 
         def _run_uvicorn_command(self) -> subprocess.Popen:
-            server_env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1",
-                          "PREFECT__SERVER_FINAL": "1",
-                          **get_current_settings().to_environment_variables(exclude_unset=True),
-                          **env.prefect_server_env(LOOPBACK, self.port), PARENT_VAR: str(os.getpid())}
-            return subprocess.Popen(_uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"),
-                                    env=server_env, start_new_session=True)
+            server_env = {
+                **os.environ,
+                "PREFECT_UI_ENABLED": "0",
+                "PREFECT__SERVER_EPHEMERAL": "1",
+                "PREFECT__SERVER_FINAL": "1",
+                **get_current_settings().to_environment_variables(exclude_unset=True),
+                **env.prefect_server_env(LOOPBACK, self.port),
+                PARENT_VAR: str(os.getpid()),
+            }
+            return subprocess.Popen(
+                _uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"), env=server_env, start_new_session=True
+            )
 
     return TemporaryServer()
 
@@ -333,8 +389,11 @@ def use_running_servers(root: Path) -> dict[str, dict]:
         if _healthy(info):
             usable[name] = info
         else:
-            print(f"paperline: the {name} server at {info['url']} (pid {info['pid']}) does not answer; "
-                  "not using it (`paperline down` stops it)", file=sys.stderr)
+            print(
+                f"paperline: the {name} server at {info['url']} (pid {info['pid']}) does not answer; "
+                "not using it (`paperline down` stops it)",
+                file=sys.stderr,
+            )
     if "prefect" in usable:
         os.environ.setdefault("PREFECT_API_URL", usable["prefect"]["url"] + "/api")
     if "mlflow" in usable:

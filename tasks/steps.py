@@ -15,12 +15,22 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
+from models.base import (
+    ClaimResult,
+    DatasetError,
+    DatasetRef,
+    MethodConfig,
+    MethodSpec,
+    Metrics,
+    TrainedArtifacts,
+    read_dataset,
+    write_manifest,
+)
 from models.common import runtime
-from models.base import ClaimResult, DatasetError, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts, read_dataset, write_manifest
 
 
 @dataclass(frozen=True)

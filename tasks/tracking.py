@@ -54,8 +54,9 @@ def _enable_wal(db: Path) -> None:
 
 
 def client(root: Path):
-    import mlflow
     from mlflow.tracking import MlflowClient
+
+    import mlflow
 
     uri = tracking_uri(root)
     if uri.startswith("sqlite:///"):
@@ -91,7 +92,8 @@ def ensure_experiment(c, spec: MethodSpec, root: Path) -> str:
         location = (root / "mlflow" / "artifacts" / spec.slug).resolve().as_uri()
     try:
         return c.create_experiment(
-            experiment_name(spec), artifact_location=location,
+            experiment_name(spec),
+            artifact_location=location,
             # The UI then opens on the training-runs view, not MLflow 3's GenAI overview.
             tags={"paperline.title": spec.title, "mlflow.experimentKind": "custom_model_development"},
         )
@@ -102,8 +104,13 @@ def ensure_experiment(c, spec: MethodSpec, root: Path) -> str:
 def git_commit(root: Path) -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
         return out.stdout.strip() + ("-dirty" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -201,8 +208,12 @@ def log_results(
     for variant, records in artifacts.history.items():
         child = c.create_run(
             run.info.experiment_id,
-            tags={"mlflow.parentRunId": run_id, "mlflow.runName": f"{spec.slug}/{variant}",
-                  f"{TAG}.variant": variant, f"{TAG}.method": spec.slug},
+            tags={
+                "mlflow.parentRunId": run_id,
+                "mlflow.runName": f"{spec.slug}/{variant}",
+                f"{TAG}.variant": variant,
+                f"{TAG}.method": spec.slug,
+            },
         )
         for batch in _metric_batches(records, "train", now):
             c.log_batch(child.info.run_id, metrics=batch)
@@ -210,7 +221,9 @@ def log_results(
     from mlflow.entities import Metric
 
     def batch(prefix: str, items: dict[str, float]) -> list[Metric]:
-        return [Metric(metric_name(f"{prefix}/{k}"), float(v), now, 0) for k, v in items.items() if math.isfinite(float(v))]
+        return [
+            Metric(metric_name(f"{prefix}/{k}"), float(v), now, 0) for k, v in items.items() if math.isfinite(float(v))
+        ]
 
     values = batch("train", artifacts.summary) + batch("eval", metrics.values) + batch("claim", claim.figures)
     values += claim_metrics(claim, now)
@@ -233,20 +246,33 @@ def claim_metrics(claim: ClaimResult, timestamp: int) -> list:
     """``claim/<criterion>/{estimate,low,high,threshold,state}``, ``claim/verdict`` and ``claim/sane``."""
     from mlflow.entities import Metric
 
-    out = [Metric("claim/verdict", STATE_CODE[claim.verdict], timestamp, 0),
-           Metric("claim/sane", float(claim.sane), timestamp, 0)]
+    out = [
+        Metric("claim/verdict", STATE_CODE[claim.verdict], timestamp, 0),
+        Metric("claim/sane", float(claim.sane), timestamp, 0),
+    ]
     for criterion in claim.criteria:
-        fields = {"estimate": criterion.estimate, "low": criterion.low, "high": criterion.high,
-                  "threshold": criterion.threshold, "state": STATE_CODE[criterion.state]}
-        out += [Metric(metric_name(f"claim/{criterion.name}/{k}"), float(v), timestamp, 0)
-                for k, v in fields.items() if math.isfinite(float(v))]  # an infinite end (one unit) stays in the tag
+        fields = {
+            "estimate": criterion.estimate,
+            "low": criterion.low,
+            "high": criterion.high,
+            "threshold": criterion.threshold,
+            "state": STATE_CODE[criterion.state],
+        }
+        out += [
+            Metric(metric_name(f"claim/{criterion.name}/{k}"), float(v), timestamp, 0)
+            for k, v in fields.items()
+            if math.isfinite(float(v))
+        ]  # an infinite end (one unit) stays in the tag
     return out
 
 
 def claim_tags(claim: ClaimResult) -> dict[str, str]:
     """The verdict, the claim and one JSON tag per criterion (``paperline.criterion.<name>``), in order."""
-    tags = {f"{TAG}.verdict": claim.verdict, f"{TAG}.claim": claim.statement[:5000],
-            f"{TAG}.criteria": ",".join(c.name for c in claim.criteria)[:5000]}
+    tags = {
+        f"{TAG}.verdict": claim.verdict,
+        f"{TAG}.claim": claim.statement[:5000],
+        f"{TAG}.criteria": ",".join(c.name for c in claim.criteria)[:5000],
+    }
     for criterion in claim.criteria:
         tags[metric_name(CRITERION_TAG + criterion.name)] = json.dumps(criterion.to_dict(), default=float)[:7000]
     return tags
@@ -268,8 +294,12 @@ def criteria_from_tags(tags: dict[str, str]) -> list[dict]:
 
 def dataset_tags(data: DatasetRef) -> dict[str, str]:
     """Which data a run (or a registered version) was trained on: name, content hash, real/synthetic, provenance."""
-    return {f"{TAG}.dataset": data.name, f"{TAG}.data_sha256": data.sha256, f"{TAG}.data_source": data.source,
-            f"{TAG}.data_provenance": data.provenance[:5000]}
+    return {
+        f"{TAG}.dataset": data.name,
+        f"{TAG}.data_sha256": data.sha256,
+        f"{TAG}.data_source": data.source,
+        f"{TAG}.data_provenance": data.provenance[:5000],
+    }
 
 
 def dvc_data_hash(root: Path, spec: MethodSpec) -> str | None:
@@ -307,10 +337,12 @@ def log_model(root: Path, run_id: str, spec: MethodSpec, cfg: MethodConfig, mode
         config.write_text(cfg.model_dump_json(indent=1))
         with _quiet_model_logging(), mlflow.start_run(run_id=run_id, nested=False, log_system_metrics=False):
             info = mlflow.pyfunc.log_model(
-                name="model", python_model=str(MODEL_CODE),
+                name="model",
+                python_model=str(MODEL_CODE),
                 model_config={"method": spec.slug, **({"input": expected} if expected else {})},
                 artifacts={"model_dir": str(model_dir), "config": str(config)},
-                signature=_signature(expected), pip_requirements=PIP_REQUIREMENTS,
+                signature=_signature(expected),
+                pip_requirements=PIP_REQUIREMENTS,
                 registered_model_name=registered_name(spec),
             )
     # log_model's start_run context ended the run FINISHED; publish sets the final status.

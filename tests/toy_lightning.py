@@ -13,7 +13,16 @@ from pathlib import Path
 import numpy as np
 from pydantic import Field
 
-from models.base import ClaimResult, MethodConfig, MethodSpec, Metrics, StrictModel, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    MethodConfig,
+    MethodSpec,
+    Metrics,
+    StrictModel,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
 
 
 class Data(StrictModel):
@@ -26,8 +35,17 @@ class Config(MethodConfig):
     epoch_seconds: float = Field(0.6, ge=0)  # slow epochs leave time to kill the process mid-training
 
 
-SPEC = MethodSpec("toy_lightning", "Toy Lightning method", "tests", "val mse < 1", Config, "tests.toy_lightning",
-                  "toy_lightning", "method/mse", higher_is_better=False)
+SPEC = MethodSpec(
+    "toy_lightning",
+    "Toy Lightning method",
+    "tests",
+    "val mse < 1",
+    Config,
+    "tests.toy_lightning",
+    "toy_lightning",
+    "method/mse",
+    higher_is_better=False,
+)
 
 
 def prepare(cfg: Config, data_dir: Path):
@@ -100,7 +118,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     from models.common.verdicts import exact_criterion
 
     mse = metrics["method/mse"]
-    return ClaimResult("val mse < 1", [exact_criterion("mse", "validation MSE below 1", mse, 1.0, "<")], {}, {"mse": mse})
+    return ClaimResult(
+        "val mse < 1", [exact_criterion("mse", "validation MSE below 1", mse, 1.0, "<")], {}, {"mse": mse}
+    )
 
 
 if __name__ == "__main__":

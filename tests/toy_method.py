@@ -6,7 +6,16 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from models.base import ClaimResult, MethodConfig, MethodSpec, Metrics, StrictModel, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    MethodConfig,
+    MethodSpec,
+    Metrics,
+    StrictModel,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
 
 
 class Data(StrictModel):
@@ -76,4 +85,6 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
 
     scores = [metrics[f"method/seed{i}/score"] for i in range(SEEDS)]
     criterion = mean_criterion("score", "mean score over seeds >= 0.5", scores, 0.5, ">=", units="seeds")
-    return ClaimResult("quality >= 0.5", [criterion], {"sane": cfg.fail != "sanity"}, {"score": metrics["method/score"]})
+    return ClaimResult(
+        "quality >= 0.5", [criterion], {"sane": cfg.fail != "sanity"}, {"score": metrics["method/score"]}
+    )

@@ -170,7 +170,7 @@ class Actor(nn.Module):
         action = torch.tanh(self.dist_params(obs)[0])
         return action[0] if squeeze and self.n_members == 1 else action
 
-    def member(self, e: int) -> "Actor":
+    def member(self, e: int) -> Actor:
         """A stand-alone single-member copy of member ``e`` (what gets registered)."""
         single = Actor(1, self.obs_dim, self.act_dim, self.hidden)
         single.load_state_dict({k: v[e : e + 1].clone() for k, v in self.state_dict().items()})
@@ -222,8 +222,8 @@ class MemberAdam:
         live_all = bool(mask.all())
         self.t += mask.float()
         t = self.t.clamp(min=1)
-        step_size = self.lr / (1 - b1 ** t)  # [E]: per-member bias corrections
-        root_bc2 = (1 - b2 ** t).sqrt()
+        step_size = self.lr / (1 - b1**t)  # [E]: per-member bias corrections
+        root_bc2 = (1 - b2**t).sqrt()
         for p, m, v in zip(self.params, self.m, self.v):
             if p.grad is None:
                 continue
@@ -262,7 +262,9 @@ class MultiTaskSAC:
         self.critic = TwinCritic(n_members, obs_dim, act_dim, hidden)
         self.target = TwinCritic(n_members, obs_dim, act_dim, hidden)
         self.target.load_state_dict(self.critic.state_dict())
-        self.log_alpha = torch.full((n_members, 1 if shared_alpha else n_tasks), math.log(alpha_init), requires_grad=True)
+        self.log_alpha = torch.full(
+            (n_members, 1 if shared_alpha else n_tasks), math.log(alpha_init), requires_grad=True
+        )
         self.actor_opt = MemberAdam(list(self.actor.parameters()), n_members, lr)
         self.critic_opt = MemberAdam(list(self.critic.parameters()), n_members, lr)
         self.alpha_opt = MemberAdam([self.log_alpha], n_members, lr)
@@ -325,7 +327,9 @@ class MultiTaskSAC:
             for p_t, p in zip(self.target.parameters(), self.critic.parameters()):
                 w = (self.tau * live).view((-1,) + (1,) * (p.dim() - 1))
                 p_t.mul_(1 - w).add_(w * p)
-        return UpdateInfo(critic_loss.detach().numpy(), actor_loss.detach().numpy(), self.alpha().detach().numpy().copy())
+        return UpdateInfo(
+            critic_loss.detach().numpy(), actor_loss.detach().numpy(), self.alpha().detach().numpy().copy()
+        )
 
     def snapshot(self, e: int) -> dict[str, torch.Tensor]:
         """Member ``e``'s learner state (for reset checks)."""

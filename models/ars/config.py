@@ -104,7 +104,7 @@ class ToyConfig(StrictModel):
     scaling: ToyScaleRule = ToyScaleRule()
 
     @model_validator(mode="after")
-    def _check(self) -> "ToyConfig":
+    def _check(self) -> ToyConfig:
         if len(self.control_kappa) != len(self.kappa) or len(self.kappa) < 2:
             raise ValueError("kappa and control_kappa need the same length (>= 2 tasks)")
         if not {"mtsac", "scale_only", "ars"} <= set(self.arms):
@@ -130,7 +130,7 @@ class DataConfig(StrictModel):
     scaling: ScaleRule = ScaleRule(floor=0.01)
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if self.t_init % self.max_episode_steps or self.sac_steps % self.max_episode_steps:
             raise ValueError("data.t_init and data.sac_steps must be whole episodes (multiples of max_episode_steps)")
         if len(set(self.tasks)) != len(self.tasks) or len(self.tasks) < 2:
@@ -166,8 +166,15 @@ class Config(MethodConfig):
             # Meta-World MT10 v3, 2M steps per task, T_init 25k, n_reset 4 (T_reset 400k), 4x400 nets,
             # batch 100 per task, alpha per task initialised at 1, 1,000 catch-up updates (paper's code).
             "data.tasks": [
-                "reach-v3", "push-v3", "pick-place-v3", "door-open-v3", "drawer-open-v3",
-                "drawer-close-v3", "button-press-topdown-v3", "peg-insert-side-v3", "window-open-v3",
+                "reach-v3",
+                "push-v3",
+                "pick-place-v3",
+                "door-open-v3",
+                "drawer-open-v3",
+                "drawer-close-v3",
+                "button-press-topdown-v3",
+                "peg-insert-side-v3",
+                "window-open-v3",
                 "window-close-v3",
             ],
             "data.t_init": 25_000,

@@ -38,16 +38,29 @@ def main(argv: list[str] | None = None) -> None:
     kappa = np.array([t.kappa] * len(arms))
     env = P.PointMassTasks(kappa, t.episode_len, t.success_radius, cfg.seed)
     pre: dict[int, np.ndarray] = {}
-    success = lambda sac, seed: P.toy_success(sac.actor, kappa, cfg, seed)  # noqa: E731
+    success = lambda sac, seed: P.toy_success(sac.actor, kappa, cfg, seed)
     start = time.time()
-    sac, _, log = P.run_ars(env, arms, t.sac, t.scaling, t.t_init, t.rounds, t.reset_every, 2 + len(t.kappa), 2,
-                            cfg.seed, before_reset=lambda s, step: pre.setdefault(step, success(s, cfg.seed + 10_000)))
+    sac, _, log = P.run_ars(
+        env,
+        arms,
+        t.sac,
+        t.scaling,
+        t.t_init,
+        t.rounds,
+        t.reset_every,
+        2 + len(t.kappa),
+        2,
+        cfg.seed,
+        before_reset=lambda s, step: pre.setdefault(step, success(s, cfg.seed + 10_000)),
+    )
     final = success(sac, cfg.seed + 20_000)
-    print(f"{time.time() - start:.0f} s; rounds {t.rounds}, T_init {t.t_init}, reset every {t.reset_every}, "
-          f"hidden {t.sac.hidden}, shared alpha {t.sac.shared_alpha}, kappa {t.kappa}")
+    print(
+        f"{time.time() - start:.0f} s; rounds {t.rounds}, T_init {t.t_init}, reset every {t.reset_every}, "
+        f"hidden {t.sac.hidden}, shared alpha {t.sac.shared_alpha}, kappa {t.kappa}"
+    )
     k = np.array(t.kappa)
     expected = k.max() / k
-    fmt = lambda x, p=2: "[" + ", ".join(f"{v:.{p}g}" for v in x) + "]"  # noqa: E731
+    fmt = lambda x, p=2: "[" + ", ".join(f"{v:.{p}g}" for v in x) + "]"
     for e, arm in enumerate(arms):
         print(f"member {e} ({arm})")
         for event in ("init", "reset"):
@@ -55,8 +68,10 @@ def main(argv: list[str] | None = None) -> None:
             if rows and P.ARM_FLAGS[arm][0]:
                 rbar, c = np.array([r["stat"] for r in rows]), np.array([r["c_i"] for r in rows])
                 worst = np.max(np.maximum(c / expected, expected / c))
-                print(f"  {event:5s} at round {rows[0]['env_step']}: rbar/kappa {fmt(rbar / k)}  c {fmt(c, 4)}  "
-                      f"c/(k1/ki) {fmt(c / expected)}  worst {worst:.1f}x")
+                print(
+                    f"  {event:5s} at round {rows[0]['env_step']}: rbar/kappa {fmt(rbar / k)}  c {fmt(c, 4)}  "
+                    f"c/(k1/ki) {fmt(c / expected)}  worst {worst:.1f}x"
+                )
         if pre:
             print(f"  success before the reset {fmt(pre[min(pre)][e])}")
         print(f"  final success {fmt(final[e])}  mean {final[e].mean():.2f}  worst task {final[e].min():.2f}")

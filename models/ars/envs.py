@@ -44,7 +44,7 @@ class PointMassTasks:
         self.t += 1
         d = self.distance()
         reward = self.kappa[:, :, None] * (1.0 - np.tanh(4.0 * d))
-        flat = lambda x: x.reshape(self.E, self.N * self.K)  # noqa: E731
+        flat = lambda x: x.reshape(self.E, self.N * self.K)
         return self._obs(), flat(reward), flat(np.zeros_like(d)), flat(d < self.radius), self.t >= self.episode_len
 
 
@@ -65,8 +65,11 @@ class MetaWorldTasks:
             for e in range(self.E):
                 # metaworld's own single-env builder (as gym.make("Meta-World/MT1") uses), reusing the benchmark.
                 self.envs[e][i] = metaworld._init_each_env(
-                    env_cls=bench.train_classes[name], tasks=list(bench.train_tasks), seed=seed + i,
-                    max_episode_steps=max_episode_steps, terminate_on_success=False,
+                    env_cls=bench.train_classes[name],
+                    tasks=list(bench.train_tasks),
+                    seed=seed + i,
+                    max_episode_steps=max_episode_steps,
+                    terminate_on_success=False,
                 )
         self.onehot = np.eye(self.N, dtype=np.float32)
         self.episode = 0
@@ -76,10 +79,12 @@ class MetaWorldTasks:
         return np.concatenate([raw.astype(np.float32), np.broadcast_to(self.onehot, (self.E, self.N, self.N))], -1)
 
     def reset(self) -> np.ndarray:
-        raw = np.stack([
-            np.stack([env.reset(seed=self.seed * 100_003 + self.episode * 101 + i)[0] for i, env in enumerate(row)])
-            for row in self.envs
-        ])
+        raw = np.stack(
+            [
+                np.stack([env.reset(seed=self.seed * 100_003 + self.episode * 101 + i)[0] for i, env in enumerate(row)])
+                for row in self.envs
+            ]
+        )
         self.episode += 1
         self.t = 0
         return self._with_task(raw)

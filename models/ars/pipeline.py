@@ -114,6 +114,7 @@ def toy_variant(arm: str, setting: str, seed_index: int) -> str:
     name = TOY_VARIANT[arm] if setting == "main" else f"control_{TOY_VARIANT[arm]}"
     return name if seed_index == 0 else f"{name}_seed{seed_index}"
 
+
 # ----------------------------------------------------------------------------- the ARS training loop
 
 
@@ -129,17 +130,42 @@ class RunLog:
     scale_recompute_identical: bool = True
 
 
-def run_ars(env, arms: list[str], sac_cfg: SACConfig, scaling: ScaleRule, t_init: int, total: int,
-            reset_every: int, obs_dim: int, act_dim: int, seed: int, evaluate_every: int = 0, evaluate_fn=None,
-            shared_random_actions: bool = False, desc: str = "ars", before_reset=None):
+def run_ars(
+    env,
+    arms: list[str],
+    sac_cfg: SACConfig,
+    scaling: ScaleRule,
+    t_init: int,
+    total: int,
+    reset_every: int,
+    obs_dim: int,
+    act_dim: int,
+    seed: int,
+    evaluate_every: int = 0,
+    evaluate_fn=None,
+    shared_random_actions: bool = False,
+    desc: str = "ars",
+    before_reset=None,
+):
     """Algorithm 1 for every member at once (member e runs arm ``arms[e]``); ``total`` rounds of one step
     per task + one update. ``before_reset(sac, t)`` is called just before each reset (diagnostics).
     Returns the learner, the buffers and the ``RunLog``."""
     E, N = len(arms), env.N
     scales_on = np.array([ARM_FLAGS[a][0] for a in arms])
     resets_on = np.array([ARM_FLAGS[a][1] for a in arms])
-    sac = MultiTaskSAC(E, N, obs_dim, act_dim, sac_cfg.hidden, sac_cfg.lr, sac_cfg.gamma, sac_cfg.tau,
-                       sac_cfg.alpha_init, sac_cfg.shared_alpha, seed)
+    sac = MultiTaskSAC(
+        E,
+        N,
+        obs_dim,
+        act_dim,
+        sac_cfg.hidden,
+        sac_cfg.lr,
+        sac_cfg.gamma,
+        sac_cfg.tau,
+        sac_cfg.alpha_init,
+        sac_cfg.shared_alpha,
+        seed,
+    )
     buffers = ReplayBuffers(E, N, total, obs_dim, act_dim, seed + 1)
     rng = np.random.default_rng(seed + 2)
     c = np.ones((E, N))
@@ -149,13 +175,25 @@ def run_ars(env, arms: list[str], sac_cfg: SACConfig, scaling: ScaleRule, t_init
     def record_scales(step: int, event: str, members: np.ndarray) -> None:
         stats = buffers.reward_stats(scaling.rule)
         raw, clipped = compute_scales(stats, scaling.rule, scaling.floor, scaling.c_min, scaling.c_max)
-        again = compute_scales(buffers.reward_stats(scaling.rule), scaling.rule, scaling.floor, scaling.c_min, scaling.c_max)[1]
+        again = compute_scales(
+            buffers.reward_stats(scaling.rule), scaling.rule, scaling.floor, scaling.c_min, scaling.c_max
+        )[1]
         log.scale_recompute_identical &= bool(np.array_equal(clipped, again))  # raw storage: no compounding
         for e in np.flatnonzero(members):
             c[e] = clipped[e] if scales_on[e] else 1.0
             for i in range(N):
-                log.scales.append(dict(member=int(e), env_step=step, task_idx=i, event=event, rule=scaling.rule,
-                                       stat=float(stats[e, i]), c_raw=float(raw[e, i]), c_i=float(c[e, i])))
+                log.scales.append(
+                    dict(
+                        member=int(e),
+                        env_step=step,
+                        task_idx=i,
+                        event=event,
+                        rule=scaling.rule,
+                        stat=float(stats[e, i]),
+                        c_raw=float(raw[e, i]),
+                        c_i=float(c[e, i]),
+                    )
+                )
 
     ep_return = np.zeros((E, N))
     ep_scaled = np.zeros((E, N))
@@ -182,12 +220,22 @@ def run_ars(env, arms: list[str], sac_cfg: SACConfig, scaling: ScaleRule, t_init
         if over:
             for e in range(E):
                 for i in range(N):
-                    log.episodes.append(dict(member=e, task_idx=i, episode=ep_index, env_step_end=t,
-                                             phase="random" if t <= t_init else "policy", n_resets=int(n_resets[e]),
-                                             c_i=float(c[e, i]), return_raw=float(ep_return[e, i]),
-                                             return_scaled=float(ep_scaled[e, i]),
-                                             success_any=int(ep_success_any[e, i]), success_final=int(success[e, i]),
-                                             length=int(env.t)))
+                    log.episodes.append(
+                        dict(
+                            member=e,
+                            task_idx=i,
+                            episode=ep_index,
+                            env_step_end=t,
+                            phase="random" if t <= t_init else "policy",
+                            n_resets=int(n_resets[e]),
+                            c_i=float(c[e, i]),
+                            return_raw=float(ep_return[e, i]),
+                            return_scaled=float(ep_scaled[e, i]),
+                            success_any=int(ep_success_any[e, i]),
+                            success_final=int(success[e, i]),
+                            length=int(env.t),
+                        )
+                    )
             ep_index += 1
             ep_return[:], ep_scaled[:], ep_success_any[:] = 0, 0, False
             obs = env.reset()
@@ -202,7 +250,9 @@ def run_ars(env, arms: list[str], sac_cfg: SACConfig, scaling: ScaleRule, t_init
                 _reset(sac, buffers, log, t, resets_on, n_resets, record_scales, sac_cfg, c)
         if evaluate_fn is not None and (t % evaluate_every == 0 or t == total) and t >= t_init:
             success = evaluate_fn(sac)  # [E, N]
-            log.curve.append({"step": t, "success": success, "alpha": sac.alpha().detach().numpy().copy(), "c": c.copy()})
+            log.curve.append(
+                {"step": t, "success": success, "alpha": sac.alpha().detach().numpy().copy(), "c": c.copy()}
+            )
     return sac, buffers, log
 
 
@@ -217,13 +267,24 @@ def _reset(sac, buffers, log, t, resets_on, n_resets, record_scales, sac_cfg, c)
         changed = np.mean([not torch.equal(before[k], after[k]) for k in before])
         n_resets[e] += 1
         alpha_reset = bool(torch.allclose(sac.log_alpha[e].detach(), torch.tensor(math.log(sac.alpha_init))))
-        adam_reset = all(float(sac_opt.t[e]) == 0 and all(float(m[e].abs().sum()) == 0 for m in sac_opt.m)
-                         for sac_opt in (sac.actor_opt, sac.critic_opt, sac.alpha_opt))
-        log.resets.append(dict(member=int(e), env_step=t, reset_idx=int(n_resets[e]),
-                               reinit="actor;critics;target_critics;alpha;adam_states", params_changed_frac=float(changed),
-                               alpha_reset=int(alpha_reset), adam_reset=int(adam_reset),
-                               buffer_size_before=int(size_before), buffer_size_after=int(buffers.size),
-                               catchup_updates=sac_cfg.catchup_updates))
+        adam_reset = all(
+            float(sac_opt.t[e]) == 0 and all(float(m[e].abs().sum()) == 0 for m in sac_opt.m)
+            for sac_opt in (sac.actor_opt, sac.critic_opt, sac.alpha_opt)
+        )
+        log.resets.append(
+            dict(
+                member=int(e),
+                env_step=t,
+                reset_idx=int(n_resets[e]),
+                reinit="actor;critics;target_critics;alpha;adam_states",
+                params_changed_frac=float(changed),
+                alpha_reset=int(alpha_reset),
+                adam_reset=int(adam_reset),
+                buffer_size_before=int(size_before),
+                buffer_size_after=int(buffers.size),
+                catchup_updates=sac_cfg.catchup_updates,
+            )
+        )
     mask = torch.from_numpy(resets_on)
     for _ in range(sac_cfg.catchup_updates):  # re-fit the fresh learners on the kept buffers, new scales
         info = sac.update(buffers.sample(sac_cfg.batch_per_task, c), mask)
@@ -244,11 +305,32 @@ def _write_csv(path: Path, rows: list[dict], columns: list[str]) -> None:
         writer.writerows(rows)
 
 
-EPISODE_COLUMNS = ["task", "task_idx", "episode", "env_step_end", "phase", "n_resets", "c_i", "return_raw",
-                   "return_scaled", "success_any", "success_final", "length"]
+EPISODE_COLUMNS = [
+    "task",
+    "task_idx",
+    "episode",
+    "env_step_end",
+    "phase",
+    "n_resets",
+    "c_i",
+    "return_raw",
+    "return_scaled",
+    "success_any",
+    "success_final",
+    "length",
+]
 SCALE_COLUMNS = ["env_step", "task", "task_idx", "event", "rule", "stat", "c_raw", "c_i"]
-RESET_COLUMNS = ["env_step", "reset_idx", "reinit", "params_changed_frac", "alpha_reset", "adam_reset",
-                 "buffer_size_before", "buffer_size_after", "catchup_updates"]
+RESET_COLUMNS = [
+    "env_step",
+    "reset_idx",
+    "reinit",
+    "params_changed_frac",
+    "alpha_reset",
+    "adam_reset",
+    "buffer_size_before",
+    "buffer_size_after",
+    "catchup_updates",
+]
 
 
 def run_dir_name(cfg: Config, arm: str) -> str:
@@ -262,39 +344,76 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     arms = list(d.arms)
     env = MetaWorldTasks(d.tasks, len(arms), cfg.seed, d.max_episode_steps)
     total = d.t_init + d.sac_steps
-    sac, buffers, log = run_ars(env, arms, d.sac, d.scaling, d.t_init, total, d.reset_every, 39 + len(d.tasks), 4,
-                                cfg.seed, shared_random_actions=True, desc="metaworld")
+    sac, buffers, log = run_ars(
+        env,
+        arms,
+        d.sac,
+        d.scaling,
+        d.t_init,
+        total,
+        d.reset_every,
+        39 + len(d.tasks),
+        4,
+        cfg.seed,
+        shared_random_actions=True,
+        desc="metaworld",
+    )
     # Raw storage check: each task's buffer sum equals the sum of its logged raw episode returns.
     buffer_sums = buffers.rew[:, :, : buffers.size].astype(np.float64).sum(-1)
     for e, arm in enumerate(arms):
         folder = Path(data_dir) / run_dir_name(cfg, arm)
         folder.mkdir(parents=True, exist_ok=True)
-        with_task = lambda rows: [{**r, "task": d.tasks[r["task_idx"]]} for r in rows if r["member"] == e]  # noqa: E731
+        with_task = lambda rows: [{**r, "task": d.tasks[r["task_idx"]]} for r in rows if r["member"] == e]
         episodes = with_task(log.episodes)
         _write_csv(folder / "episodes.csv", episodes, EPISODE_COLUMNS)
         _write_csv(folder / "scales.csv", with_task(log.scales), SCALE_COLUMNS)
         _write_csv(folder / "resets.csv", [r for r in log.resets if r["member"] == e], RESET_COLUMNS)
         logged = np.array([sum(r["return_raw"] for r in episodes if r["task_idx"] == i) for i in range(len(d.tasks))])
         meta = {
-            "schema_version": SCHEMA_VERSION, "versions": _versions(), "suite": f"MT{len(d.tasks)} (metaworld v3 tasks)",
-            "tasks": list(d.tasks), "arm": arm, "scales_rewards": ARM_FLAGS[arm][0], "resets": ARM_FLAGS[arm][1],
-            "seed": cfg.seed, "max_episode_steps": d.max_episode_steps, "scale_rule": d.scaling.rule,
-            "floor": d.scaling.floor, "c_min": d.scaling.c_min, "c_max": d.scaling.c_max, "t_init": d.t_init,
-            "t_reset": d.reset_every, "total_steps_per_task": total, "sac": d.sac.model_dump(mode="json"),
+            "schema_version": SCHEMA_VERSION,
+            "versions": _versions(),
+            "suite": f"MT{len(d.tasks)} (metaworld v3 tasks)",
+            "tasks": list(d.tasks),
+            "arm": arm,
+            "scales_rewards": ARM_FLAGS[arm][0],
+            "resets": ARM_FLAGS[arm][1],
+            "seed": cfg.seed,
+            "max_episode_steps": d.max_episode_steps,
+            "scale_rule": d.scaling.rule,
+            "floor": d.scaling.floor,
+            "c_min": d.scaling.c_min,
+            "c_max": d.scaling.c_max,
+            "t_init": d.t_init,
+            "t_reset": d.reset_every,
+            "total_steps_per_task": total,
+            "sac": d.sac.model_dump(mode="json"),
             "alpha": "shared" if d.sac.shared_alpha else "per_task",
             "config_hash": _config_hash(cfg),
-            "checks": {"losses_finite": log.losses_finite, "scale_recompute_identical": log.scale_recompute_identical,
-                       "buffer_holds_raw_rewards": bool(np.allclose(buffer_sums[e], logged, rtol=1e-4, atol=1e-3)),
-                       "final_alpha": sac.alpha()[e].detach().tolist()},
+            "checks": {
+                "losses_finite": log.losses_finite,
+                "scale_recompute_identical": log.scale_recompute_identical,
+                "buffer_holds_raw_rewards": bool(np.allclose(buffer_sums[e], logged, rtol=1e-4, atol=1e-3)),
+                "final_alpha": sac.alpha()[e].detach().tolist(),
+            },
         }  # no timings or commit ids here: the dataset must be byte-identical for the same seed
         (folder / "meta.json").write_text(json.dumps(meta, indent=1))
     versions = ", ".join(f"{pkg} {version}" for pkg, version in _versions().items())
-    provenance = (f"Meta-World MT{len(d.tasks)} v3 environments ({versions}): short seeded SAC runs (seed {cfg.seed}, "
-                  f"{total} steps per task) per arm; the claim itself is judged on the point-mass toy built in train")
-    return write_manifest(data_dir, meta={**dataset_meta("real", provenance),
-                                          "generator": "models.ars.pipeline.prepare (short Meta-World SAC runs)",
-                                          "synthetic": False, "schema_version": SCHEMA_VERSION, **_versions(),
-                                          "arms": arms, "tasks": list(d.tasks)})
+    provenance = (
+        f"Meta-World MT{len(d.tasks)} v3 environments ({versions}): short seeded SAC runs (seed {cfg.seed}, "
+        f"{total} steps per task) per arm; the claim itself is judged on the point-mass toy built in train"
+    )
+    return write_manifest(
+        data_dir,
+        meta={
+            **dataset_meta("real", provenance),
+            "generator": "models.ars.pipeline.prepare (short Meta-World SAC runs)",
+            "synthetic": False,
+            "schema_version": SCHEMA_VERSION,
+            **_versions(),
+            "arms": arms,
+            "tasks": list(d.tasks),
+        },
+    )
 
 
 def _config_hash(cfg: Config) -> str:
@@ -325,8 +444,12 @@ def read_metaworld_run(folder: Path) -> dict:
 def _toy_members(cfg: Config) -> list[tuple[str, str, int]]:
     """(arm, setting, seed index) of every ensemble member."""
     t = cfg.toy
-    return [(arm, setting, s) for s in range(t.n_seeds)
-            for setting, arms in (("main", t.arms), ("control", t.control_arms)) for arm in arms]
+    return [
+        (arm, setting, s)
+        for s in range(t.n_seeds)
+        for setting, arms in (("main", t.arms), ("control", t.control_arms))
+        for arm in arms
+    ]
 
 
 def _toy_kappa(cfg: Config, members) -> np.ndarray:
@@ -351,9 +474,22 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     kappa = _toy_kappa(cfg, members)
     env = PointMassTasks(kappa, t.episode_len, t.success_radius, cfg.seed)
     obs_dim = 2 + len(t.kappa)
-    evaluate_fn = lambda sac: toy_success(sac.actor, kappa, cfg, cfg.seed + 10_000)  # noqa: E731
-    sac, _, log = run_ars(env, [m[0] for m in members], t.sac, t.scaling, t.t_init, t.rounds, t.reset_every, obs_dim,
-                          2, cfg.seed, t.eval_every, evaluate_fn, desc="point-mass")
+    evaluate_fn = lambda sac: toy_success(sac.actor, kappa, cfg, cfg.seed + 10_000)
+    sac, _, log = run_ars(
+        env,
+        [m[0] for m in members],
+        t.sac,
+        t.scaling,
+        t.t_init,
+        t.rounds,
+        t.reset_every,
+        obs_dim,
+        2,
+        cfg.seed,
+        t.eval_every,
+        evaluate_fn,
+        desc="point-mass",
+    )
     out_dir = Path(out_dir)
     torch.save(sac.actor.state_dict(), out_dir / "actors.pt")
     method_member = members.index(("scale_only", "main", 0))
@@ -361,17 +497,31 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     names = [toy_variant(*m) for m in members]
     history: dict[str, list[dict]] = {}
     for e, name in enumerate(names):
-        history[name] = [{"step": r["step"], "mean_success": float(r["success"][e].mean()),
-                             "min_task_success": float(r["success"][e].min()),
-                             **{f"success_task{i}": float(v) for i, v in enumerate(r["success"][e])},
-                             **{f"c_task{i}": float(v) for i, v in enumerate(r["c"][e])},
-                             **{f"alpha_task{i}": float(v) for i, v in enumerate(r["alpha"][e])}} for r in log.curve]
-    run = {"members": [list(m) for m in members], "names": names, "scales": log.scales, "resets": log.resets,
-           "losses_finite": log.losses_finite, "scale_recompute_identical": log.scale_recompute_identical,
-           "final_alpha": sac.alpha().detach().tolist()}
+        history[name] = [
+            {
+                "step": r["step"],
+                "mean_success": float(r["success"][e].mean()),
+                "min_task_success": float(r["success"][e].min()),
+                **{f"success_task{i}": float(v) for i, v in enumerate(r["success"][e])},
+                **{f"c_task{i}": float(v) for i, v in enumerate(r["c"][e])},
+                **{f"alpha_task{i}": float(v) for i, v in enumerate(r["alpha"][e])},
+            }
+            for r in log.curve
+        ]
+    run = {
+        "members": [list(m) for m in members],
+        "names": names,
+        "scales": log.scales,
+        "resets": log.resets,
+        "losses_finite": log.losses_finite,
+        "scale_recompute_identical": log.scale_recompute_identical,
+        "final_alpha": sac.alpha().detach().tolist(),
+    }
     (out_dir / "toy_run.json").write_text(json.dumps(run, indent=1))
-    summary = {"final_mean_success_method": history["method"][-1]["mean_success"],
-               "final_mean_success_baseline": history["baseline"][-1]["mean_success"]}
+    summary = {
+        "final_mean_success_method": history["method"][-1]["mean_success"],
+        "final_mean_success_baseline": history["baseline"][-1]["mean_success"],
+    }
     return TrainedArtifacts(out_dir, history, summary)
 
 
@@ -439,7 +589,9 @@ def _metaworld_metrics(cfg: Config, data: DatasetRef) -> dict[str, float]:
             random_mean = np.mean([float(r["return_raw"]) for r in rows if r["phase"] == "random"])
             out[f"{key}/random_return_{task}"] = float(random_mean)
             policy = [r for r in rows if r["phase"] == "policy"]
-            out[f"{key}/success_any_{task}"] = float(np.mean([int(r["success_any"]) for r in policy])) if policy else 0.0
+            out[f"{key}/success_any_{task}"] = (
+                float(np.mean([int(r["success_any"]) for r in policy])) if policy else 0.0
+            )
         scaled_events = {"init"} | ({"reset"} if ARM_FLAGS[arm][1] and n_resets_expected else set())
         valid &= len(scales) == len(d.tasks) * len(scaled_events) and {r["event"] for r in scales} == scaled_events
         valid &= len(resets) == (n_resets_expected if ARM_FLAGS[arm][1] else 0)
@@ -449,12 +601,21 @@ def _metaworld_metrics(cfg: Config, data: DatasetRef) -> dict[str, float]:
             out[f"{key}/c_{r['event']}_{r['task']}"] = float(r["c_i"])
             out[f"{key}/stat_{r['event']}_{r['task']}"] = float(r["stat"])
         checks = meta["checks"]
-        out[f"{key}/checks_ok"] = float(checks["losses_finite"] and checks["scale_recompute_identical"]
-                                        and checks["buffer_holds_raw_rewards"]
-                                        and all(math.isfinite(a) for a in checks["final_alpha"]))
-        out[f"{key}/reset_ok"] = float(all(float(r["params_changed_frac"]) == 1.0 and int(r["alpha_reset"])
-                                           and int(r["adam_reset"]) and r["buffer_size_before"] == r["buffer_size_after"]
-                                           for r in resets))
+        out[f"{key}/checks_ok"] = float(
+            checks["losses_finite"]
+            and checks["scale_recompute_identical"]
+            and checks["buffer_holds_raw_rewards"]
+            and all(math.isfinite(a) for a in checks["final_alpha"])
+        )
+        out[f"{key}/reset_ok"] = float(
+            all(
+                float(r["params_changed_frac"]) == 1.0
+                and int(r["alpha_reset"])
+                and int(r["adam_reset"])
+                and r["buffer_size_before"] == r["buffer_size_after"]
+                for r in resets
+            )
+        )
     return out
 
 
@@ -465,7 +626,9 @@ def _figures(cfg, artifacts, run, success, data, plots: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 3, figsize=(16, 4))
     for variant, curve in artifacts.history.items():
         axes[0].plot([r["step"] for r in curve], [r["mean_success"] for r in curve], marker="o", label=variant)
-    axes[0].set(xlabel="round (1 step per task)", ylabel="mean success over tasks", title="point-mass, deterministic policy")
+    axes[0].set(
+        xlabel="round (1 step per task)", ylabel="mean success over tasks", title="point-mass, deterministic policy"
+    )
     axes[0].legend(fontsize=7)
     n_tasks = len(cfg.toy.kappa)
     width = 0.8 / len(run["names"])
@@ -523,13 +686,30 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     worst_task = [v[f"{toy_variant('scale_only', 'main', k)}/min_task_success"] for k in seeds]
     units = f"paired toy seeds ({cfg.toy.eval_episodes} evaluation episodes per task each)"
     criteria = [
-        V.difference_criterion("mean_success_gap", "ARS scaling (b) minus MT-SAC (a), mean success over the point-mass tasks",
-                               method, baseline, 0.25, ">=", units=units),
-        V.mean_criterion("worst_task_success", "ARS scaling (b), success on its worst point-mass task",
-                         worst_task, 0.6, ">=", units=units),
+        V.difference_criterion(
+            "mean_success_gap",
+            "ARS scaling (b) minus MT-SAC (a), mean success over the point-mass tasks",
+            method,
+            baseline,
+            0.25,
+            ">=",
+            units=units,
+        ),
+        V.mean_criterion(
+            "worst_task_success",
+            "ARS scaling (b), success on its worst point-mass task",
+            worst_task,
+            0.6,
+            ">=",
+            units=units,
+        ),
     ]
-    figures = {"mean_success_gap": criteria[0].estimate, "min_task_success": criteria[1].estimate,
-               "method_mean_success": float(np.mean(method)), "baseline_mean_success": float(np.mean(baseline))}
+    figures = {
+        "mean_success_gap": criteria[0].estimate,
+        "min_task_success": criteria[1].estimate,
+        "method_mean_success": float(np.mean(method)),
+        "baseline_mean_success": float(np.mean(baseline)),
+    }
     for k in ("ars_reset", "ablation_reset_only"):  # arms (c) and (d): reported alongside, no threshold
         if f"{k}/mean_success" in v:
             figures[f"{k}_mean_success"] = v[f"{k}/mean_success"]
@@ -567,7 +747,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         sanity[f"{key}_checks"] = v[f"{key}/checks_ok"] == 1.0 and v[f"{key}/reset_ok"] == 1.0
     if "reach-v3" in d.tasks and "pick-place-v3" in d.tasks:
         arm = d.arms[0]
-        ratio = v[f"metaworld_{arm}/random_return_reach-v3"] / max(v[f"metaworld_{arm}/random_return_pick-place-v3"], 1e-9)
+        ratio = v[f"metaworld_{arm}/random_return_reach-v3"] / max(
+            v[f"metaworld_{arm}/random_return_pick-place-v3"], 1e-9
+        )
         figures["metaworld_reach_over_pickplace_random_return"] = float(ratio)
         if cfg.scale == Scale.default:
             sanity["metaworld_imbalance_ge_10"] = ratio >= 10
@@ -575,18 +757,24 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         stats = np.array([v[f"metaworld_ars/stat_init_{t}"] for t in d.tasks])
         cs = np.array([v[f"metaworld_ars/c_init_{t}"] for t in d.tasks])
         unfloored = stats >= d.scaling.floor
-        ok = abs(cs[np.argmax(stats)] - 1.0) < 1e-6 and np.allclose(cs[unfloored] * stats[unfloored], stats.max(), rtol=1e-6)
+        ok = abs(cs[np.argmax(stats)] - 1.0) < 1e-6 and np.allclose(
+            cs[unfloored] * stats[unfloored], stats.max(), rtol=1e-6
+        )
         if d.scaling.c_min is None and d.scaling.c_max is None:
             ok &= bool((cs >= 1.0 - 1e-9).all())
         sanity["metaworld_eq6_identities"] = bool(ok)
         for t, c in zip(d.tasks, cs):
             figures[f"metaworld_c_init_{t}"] = float(c)
-    statement = (f"On point-mass tasks with rewards scaled by kappa={cfg.toy.kappa}, ARS scaling (c_i from the T_init "
-                 f"data) beats MT-SAC's mean success by >= 0.25 and succeeds on its worst task >= 0.6")
-    notes = ("Meta-World runs are a short machinery/imbalance check, not a test of the paper's success numbers. "
-             "Check (iv) compares Eq. (6) scales recomputed at the reset with kappa_1/kappa_i; r̄_i there is the "
-             "mean raw reward of D_i, which on the toy tracks how far task i had been learned, so (iv) holds only "
-             "when arm (c) had learned every task before the reset (ars_reset_tasks_learned_before_reset)."
-             + (" One toy seed: (i) and (ii) have no interval and are at best inconclusive." if cfg.toy.n_seeds == 1 else "")
-             + ("" if cfg.scale == Scale.default else " Scale-dependent sanity checks skipped below default scale."))
+    statement = (
+        f"On point-mass tasks with rewards scaled by kappa={cfg.toy.kappa}, ARS scaling (c_i from the T_init "
+        f"data) beats MT-SAC's mean success by >= 0.25 and succeeds on its worst task >= 0.6"
+    )
+    notes = (
+        "Meta-World runs are a short machinery/imbalance check, not a test of the paper's success numbers. "
+        "Check (iv) compares Eq. (6) scales recomputed at the reset with kappa_1/kappa_i; r̄_i there is the "
+        "mean raw reward of D_i, which on the toy tracks how far task i had been learned, so (iv) holds only "
+        "when arm (c) had learned every task before the reset (ars_reset_tasks_learned_before_reset)."
+        + (" One toy seed: (i) and (ii) have no interval and are at best inconclusive." if cfg.toy.n_seeds == 1 else "")
+        + ("" if cfg.scale == Scale.default else " Scale-dependent sanity checks skipped below default scale.")
+    )
     return ClaimResult(statement, criteria, sanity, figures, notes)

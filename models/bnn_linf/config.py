@@ -47,7 +47,7 @@ class DataConfig(StrictModel):
     digits_salt_pepper_fractions: tuple[Fraction, ...] = (0.05, 0.1, 0.2)
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if self.window_seconds > self.record_seconds:
             raise ValueError("window_seconds must not exceed record_seconds")
         if any(lo >= hi or lo <= 0 for lo, hi in self.heart_rate_bands) or len(self.heart_rate_bands) < 2:

@@ -154,8 +154,14 @@ def make_ecg(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
         ]
     )
     return dict(
-        X_train=X[~test], y_train=y[~test], X_test=X_test, y_test=y[test], X_test_noisy=noisy,
-        record_train=groups[~test], record_test=groups[test], norm=np.array([mean, std]),
+        X_train=X[~test],
+        y_train=y[~test],
+        X_test=X_test,
+        y_test=y[test],
+        X_test_noisy=noisy,
+        record_train=groups[~test],
+        record_test=groups[test],
+        norm=np.array([mean, std]),
     )
 
 
@@ -188,15 +194,22 @@ def make_digits(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed + 7)
     levels = digits_noise_levels(cfg)
     noisy = np.stack(
-        [np.stack([add_image_noise(images[test], kind, lv, rng) for lv in levels[kind]]) for kind in cfg.digits_noise_types]
+        [
+            np.stack([add_image_noise(images[test], kind, lv, rng) for lv in levels[kind]])
+            for kind in cfg.digits_noise_types
+        ]
     )
 
     def norm(a: np.ndarray) -> np.ndarray:
         return ((a - mean) / std).astype(np.float32)
 
     return dict(
-        X_train=norm(images[train]), y_train=y[train], X_test=norm(images[test]), y_test=y[test],
-        X_test_noisy=norm(noisy), norm=np.array([mean, std]),
+        X_train=norm(images[train]),
+        y_train=y[train],
+        X_test=norm(images[test]),
+        y_test=y[test],
+        X_test_noisy=norm(noisy),
+        norm=np.array([mean, std]),
     )
 
 

@@ -81,7 +81,9 @@ class BinaryResNet(nn.Module):
         conv = nn.Conv1d if dims == 1 else nn.Conv2d
         norm = nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d
         self.dims = dims
-        self.stem = conv(1, net.channels, net.stem_kernel, stride=net.stem_stride, padding=net.stem_kernel // 2, bias=False)
+        self.stem = conv(
+            1, net.channels, net.stem_kernel, stride=net.stem_stride, padding=net.stem_kernel // 2, bias=False
+        )
         self.stem_norm = norm(net.channels, affine=False)
         pool = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
         self.stem_pool = pool(stem_pool) if stem_pool > 1 else nn.Identity()

@@ -116,8 +116,10 @@ def data_source(cfg: Config) -> tuple[str, str]:
         source, ecg = "real", f"user-supplied ECG windows data/{d.ecg_npz}"
     else:
         source = "synthetic"
-        ecg = (f"neurokit2 {md.version('neurokit2')} ecgsyn, {len(d.heart_rate_bands)} heart-rate bands x "
-               f"{d.records_per_class} records of {d.record_seconds:g} s at {d.sampling_rate} Hz, seed {cfg.seed}")
+        ecg = (
+            f"neurokit2 {md.version('neurokit2')} ecgsyn, {len(d.heart_rate_bands)} heart-rate bands x "
+            f"{d.records_per_class} records of {d.record_seconds:g} s at {d.sampling_rate} Hz, seed {cfg.seed}"
+        )
     noise = f"test noise neurokit2 signal_distort {'/'.join(d.ecg_noise_types)} at {d.ecg_noise_levels} x std"
     digits = f"; digits: scikit-learn {md.version('scikit-learn')} load_digits" if d.digits else ""
     return source, f"ECG: {ecg}; {noise}{digits}"
@@ -184,7 +186,9 @@ class NoiseRobustBNN(L.LightningModule):
         acc = (logits.argmax(1) == y).float().mean()
         self.log_dict(  # epoch means: one record per epoch in the learning curve
             {f"{stage}/loss": loss, f"{stage}/ce": ce, f"{stage}/penalty": reg, f"{stage}/acc": acc},
-            on_step=False, on_epoch=True, batch_size=len(y),
+            on_step=False,
+            on_epoch=True,
+            batch_size=len(y),
         )
         return loss
 
@@ -230,7 +234,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             for variant, penalty in VARIANTS.items():
                 torch.manual_seed(seed)  # identical initial weights for every variant of a seed
                 net = build_net(cfg, dataset, n_classes_of(cfg, dataset))
-                loader = DataLoader(train_set, cfg.batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed))
+                loader = DataLoader(
+                    train_set, cfg.batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
+                )
                 records = fit(
                     NoiseRobustBNN(net, penalty, cfg, epochs),
                     loader,
@@ -366,8 +372,16 @@ def plot_noise_robustness(evaluations: dict, path: Path) -> Path:
                 clean = np.array(rows["acc_clean"])[:, None]
                 curve = np.concatenate([clean, acc], axis=1)
                 xs = [0.0, *levels]
-                ax.errorbar(xs, curve.mean(0), yerr=curve.std(0), marker="o", ms=3, capsize=2,
-                            color=COLORS[variant], label=LABELS[variant])
+                ax.errorbar(
+                    xs,
+                    curve.mean(0),
+                    yerr=curve.std(0),
+                    marker="o",
+                    ms=3,
+                    capsize=2,
+                    color=COLORS[variant],
+                    label=LABELS[variant],
+                )
             ax.set_title(f"{dataset}: {kind}", fontsize=9)
             ax.set_xlabel("noise level")
             ax.set_ylabel("accuracy")
@@ -453,19 +467,43 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
 
     criteria = [
         V.difference_criterion(
-            "ecg_noisy_gain_pts", "ECG accuracy under noise (mean over types and levels), L1,inf minus plain BNN, in points",
-            seeds("method", "acc_noisy"), seeds("baseline", "acc_noisy"), 2.0, ">=", units, scale=100.0),
+            "ecg_noisy_gain_pts",
+            "ECG accuracy under noise (mean over types and levels), L1,inf minus plain BNN, in points",
+            seeds("method", "acc_noisy"),
+            seeds("baseline", "acc_noisy"),
+            2.0,
+            ">=",
+            units,
+            scale=100.0,
+        ),
         V.difference_criterion(
-            "ecg_clean_drop_pts", "ECG clean accuracy, plain BNN minus L1,inf, in points",
-            seeds("baseline", "acc_clean"), seeds("method", "acc_clean"), 1.0, "<=", units, scale=100.0),
+            "ecg_clean_drop_pts",
+            "ECG clean accuracy, plain BNN minus L1,inf, in points",
+            seeds("baseline", "acc_clean"),
+            seeds("method", "acc_clean"),
+            1.0,
+            "<=",
+            units,
+            scale=100.0,
+        ),
     ]
     # "Lower than min(plain, spectral)" is two comparisons, one per comparator, each over the same seeds.
-    for metric, what in (("noise_gain", "empirical noise gain ||f(x+e)-f(x)||_inf/||e||_inf"),
-                         ("bound_linf", "prod_l ||alpha_l B_l||_{1,inf}")):
+    for metric, what in (
+        ("noise_gain", "empirical noise gain ||f(x+e)-f(x)||_inf/||e||_inf"),
+        ("bound_linf", "prod_l ||alpha_l B_l||_{1,inf}"),
+    ):
         for comparator, name in (("baseline", "plain"), ("baseline_spectral", "spectral")):
-            criteria.append(V.difference_criterion(
-                f"ecg_{metric}_vs_{name}", f"ECG {what}, L1,inf minus {LABELS[comparator]}",
-                seeds("method", metric), seeds(comparator, metric), 0.0, "<", units))
+            criteria.append(
+                V.difference_criterion(
+                    f"ecg_{metric}_vs_{name}",
+                    f"ECG {what}, L1,inf minus {LABELS[comparator]}",
+                    seeds("method", metric),
+                    seeds(comparator, metric),
+                    0.0,
+                    "<",
+                    units,
+                )
+            )
     figures = {
         "ecg_noisy_gain_vs_spectral_pts": 100 * (v[c + "acc_noisy"] - v[b + "acc_noisy"]),
         "ecg_noise_gain_ratio_vs_plain": v[c + "noise_gain"] / max(v[a + "noise_gain"], 1e-12),

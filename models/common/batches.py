@@ -25,8 +25,9 @@ class Rows(Dataset):
 
 def random_batches(dataset: Dataset, batch_size: int, batches: int, seed: int) -> DataLoader:
     """``batches`` batches per epoch drawn with replacement from a seeded generator."""
-    sampler = RandomSampler(dataset, replacement=True, num_samples=batch_size * batches,
-                            generator=torch.Generator().manual_seed(seed))
+    sampler = RandomSampler(
+        dataset, replacement=True, num_samples=batch_size * batches, generator=torch.Generator().manual_seed(seed)
+    )
     return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=True), batch_size=None)
 
 

@@ -32,9 +32,10 @@ Contents:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 
@@ -123,8 +124,9 @@ class DDPMSchedule:
             raise ValueError("betas must be a 1-D tensor with values in (0, 1)")
 
     @classmethod
-    def create(cls, kind: Literal["linear", "cosine", "sqrt_linear"] = "linear", n_steps: int = 1000,
-               **kwargs: float) -> "DDPMSchedule":
+    def create(
+        cls, kind: Literal["linear", "cosine", "sqrt_linear"] = "linear", n_steps: int = 1000, **kwargs: float
+    ) -> DDPMSchedule:
         return cls(make_betas(kind, n_steps, **kwargs))
 
     @property
@@ -148,8 +150,13 @@ class DDPMSchedule:
     def alpha_bar(self, t: torch.Tensor | int, like: torch.Tensor) -> torch.Tensor:
         return _gather(self.alpha_bars, t, like)
 
-    def q_sample(self, x0: torch.Tensor, t: torch.Tensor | int, noise: torch.Tensor | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+    def q_sample(
+        self,
+        x0: torch.Tensor,
+        t: torch.Tensor | int,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """x_t ~ q(x_t | x_0) = N(sqrt(ab_t) x_0, (1 - ab_t) I)."""
         noise = _noise(x0, generator) if noise is None else noise
         ab = self.alpha_bar(t, x0)
@@ -163,15 +170,18 @@ class DDPMSchedule:
         ab = self.alpha_bar(t, x_t)
         return (x_t - ab.sqrt() * x0) / (1 - ab).sqrt()
 
-    def posterior(self, x0: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor | int) -> tuple[torch.Tensor, torch.Tensor]:
+    def posterior(
+        self, x0: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor | int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and variance of q(x_{t-1} | x_t, x_0) (variance 0 at t = 0, where x_{-1} := x_0)."""
         beta = _gather(self.betas.double(), t, x_t)
         ab, ab_prev = self.alpha_bar(t, x_t), _gather(self.alpha_bars_prev, t, x_t)
         mean = (ab_prev.sqrt() * beta * x0 + (1 - beta).sqrt() * (1 - ab_prev) * x_t) / (1 - ab)
         return mean, beta * (1 - ab_prev) / (1 - ab)
 
-    def outputs(self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor | int,
-                prediction: Prediction) -> tuple[torch.Tensor, torch.Tensor]:
+    def outputs(
+        self, out: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor | int, prediction: Prediction
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(x0_hat, eps_hat) from a model output of either parametrisation."""
         if prediction == "eps":
             return self.predict_x0(x_t, t, out), out
@@ -182,21 +192,28 @@ class DDPMSchedule:
     def sample_steps(self, batch: int, generator: torch.Generator | None = None, device=None) -> torch.Tensor:
         return torch.randint(0, self.n_steps, (batch,), generator=generator, device=device)
 
-    def loss(self, model: Model, x0: torch.Tensor, prediction: Prediction = "eps",
-             generator: torch.Generator | None = None) -> torch.Tensor:
+    def loss(
+        self, model: Model, x0: torch.Tensor, prediction: Prediction = "eps", generator: torch.Generator | None = None
+    ) -> torch.Tensor:
         """The simple DDPM loss: E_t,eps ||target - model(x_t, t)||^2 (target = eps or x0), t uniform."""
         t = self.sample_steps(x0.shape[0], generator, x0.device)
         noise = _noise(x0, generator)
         out = model(self.q_sample(x0, t, noise), t)
         return torch.mean((out - (noise if prediction == "eps" else x0)) ** 2)
 
-    def to(self, device) -> "DDPMSchedule":
+    def to(self, device) -> DDPMSchedule:
         return DDPMSchedule(self.betas.to(device))
 
 
 @torch.no_grad()
-def ddpm_sample(model: Model, schedule: DDPMSchedule, x_T: torch.Tensor, prediction: Prediction = "eps",
-                generator: torch.Generator | None = None, clip_x0: float | None = None) -> torch.Tensor:
+def ddpm_sample(
+    model: Model,
+    schedule: DDPMSchedule,
+    x_T: torch.Tensor,
+    prediction: Prediction = "eps",
+    generator: torch.Generator | None = None,
+    clip_x0: float | None = None,
+) -> torch.Tensor:
     """Ancestral sampling x_T -> x_0 with p(x_{t-1} | x_t) = q(x_{t-1} | x_t, x0_hat) (posterior variance).
 
     ``x_T`` is the starting noise (e.g. ``torch.randn(shape)``); ``clip_x0`` clamps x0_hat.
@@ -212,8 +229,9 @@ def ddpm_sample(model: Model, schedule: DDPMSchedule, x_T: torch.Tensor, predict
     return x
 
 
-def ddim_timesteps(n_steps: int, n_sample_steps: int,
-                   spacing: Literal["trailing", "leading"] = "trailing") -> list[int]:
+def ddim_timesteps(
+    n_steps: int, n_sample_steps: int, spacing: Literal["trailing", "leading"] = "trailing"
+) -> list[int]:
     """``n_sample_steps`` increasing step indices for DDIM.
 
     "trailing": evenly spaced, ending at ``n_steps - 1`` (the first model call sees the step x_T was
@@ -232,9 +250,17 @@ def ddim_timesteps(n_steps: int, n_sample_steps: int,
 
 
 @torch.no_grad()
-def ddim_sample(model: Model, schedule: DDPMSchedule, x_T: torch.Tensor, n_sample_steps: int | None = None,
-                eta: float = 0.0, prediction: Prediction = "eps", generator: torch.Generator | None = None,
-                clip_x0: float | None = None, timesteps: list[int] | None = None) -> torch.Tensor:
+def ddim_sample(
+    model: Model,
+    schedule: DDPMSchedule,
+    x_T: torch.Tensor,
+    n_sample_steps: int | None = None,
+    eta: float = 0.0,
+    prediction: Prediction = "eps",
+    generator: torch.Generator | None = None,
+    clip_x0: float | None = None,
+    timesteps: list[int] | None = None,
+) -> torch.Tensor:
     """DDIM from x_T down the sub-sequence ``timesteps`` (default: ``n_sample_steps`` evenly spaced).
 
     x_s = sqrt(ab_s) x0_hat + sqrt(1 - ab_s - sigma^2) eps_hat + sigma z, with
@@ -263,7 +289,9 @@ def ddim_sample(model: Model, schedule: DDPMSchedule, x_T: torch.Tensor, n_sampl
 # ----------------------------------------------------------------------------- diffusion bridge (I2SB)
 
 
-def gaussian_product_coef(sigma1: torch.Tensor, sigma2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def gaussian_product_coef(
+    sigma1: torch.Tensor, sigma2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """N(a, s1^2) * N(b, s2^2) is proportional to N(c1 a + c2 b, v) with
     c1 = s2^2 / (s1^2 + s2^2), c2 = s1^2 / (s1^2 + s2^2), v = s1^2 s2^2 / (s1^2 + s2^2)."""
     denom = sigma1**2 + sigma2**2
@@ -281,7 +309,7 @@ class BridgeSchedule:
             raise ValueError("betas must be a positive 1-D tensor")
 
     @classmethod
-    def i2sb(cls, n_steps: int = 1000, beta_max: float = 0.3, beta_min: float = 1e-4) -> "BridgeSchedule":
+    def i2sb(cls, n_steps: int = 1000, beta_max: float = 0.3, beta_min: float = 1e-4) -> BridgeSchedule:
         return cls(i2sb_betas(n_steps, beta_max, beta_min))
 
     @property
@@ -304,8 +332,15 @@ class BridgeSchedule:
         mu0, mu1, var = gaussian_product_coef(self.std_fwd, self.std_bwd)
         return mu0, mu1, var.sqrt()
 
-    def q_sample(self, step: torch.Tensor | int, x0: torch.Tensor, x1: torch.Tensor, noise: torch.Tensor | None = None,
-                 generator: torch.Generator | None = None, ot_ode: bool = False) -> torch.Tensor:
+    def q_sample(
+        self,
+        step: torch.Tensor | int,
+        x0: torch.Tensor,
+        x1: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        ot_ode: bool = False,
+    ) -> torch.Tensor:
         """x_t ~ q(x_t | x_0, x_1); ``ot_ode`` drops the noise (the deterministic OT-ODE bridge)."""
         mu0, mu1, std = (_gather(v, step, x0) for v in self.coefficients)
         x_t = mu0 * x0 + mu1 * x1
@@ -321,8 +356,15 @@ class BridgeSchedule:
         """The epsilon label (x_t - x_0) / sigma_fwd(t) (I2SB's ``compute_label``)."""
         return (x_t - x0) / _gather(self.std_fwd, step, x_t)
 
-    def posterior(self, prev_step: int, step: int, x_n: torch.Tensor, x0: torch.Tensor,
-                  generator: torch.Generator | None = None, ot_ode: bool = False) -> torch.Tensor:
+    def posterior(
+        self,
+        prev_step: int,
+        step: int,
+        x_n: torch.Tensor,
+        x0: torch.Tensor,
+        generator: torch.Generator | None = None,
+        ot_ode: bool = False,
+    ) -> torch.Tensor:
         """x_{prev} ~ p(x_prev | x_n, x_0) of the forward diffusion from x_0 (I2SB ``p_posterior``).
 
         Between the two steps the forward process adds N(0, sigma_fwd(n)^2 - sigma_fwd(prev)^2);
@@ -343,8 +385,15 @@ class BridgeSchedule:
         return sorted({round(float(v)) for v in torch.linspace(0, self.n_steps - 1, nfe + 1)})
 
     @torch.no_grad()
-    def sample(self, pred_x0_fn: Model, x1: torch.Tensor, nfe: int, generator: torch.Generator | None = None,
-               ot_ode: bool = False, return_x0_hat: bool = False) -> torch.Tensor:
+    def sample(
+        self,
+        pred_x0_fn: Model,
+        x1: torch.Tensor,
+        nfe: int,
+        generator: torch.Generator | None = None,
+        ot_ode: bool = False,
+        return_x0_hat: bool = False,
+    ) -> torch.Tensor:
         """I2SB sampling from x_1 back to step 0 with ``nfe`` calls of ``pred_x0_fn(x_t, step) -> x0_hat``.
 
         Returns the final state (at step 0), or the last x0 prediction with ``return_x0_hat``.
@@ -356,7 +405,7 @@ class BridgeSchedule:
             x = self.posterior(prev_step, step, x, x0_hat, generator, ot_ode)
         return x0_hat if return_x0_hat else x
 
-    def to(self, device) -> "BridgeSchedule":
+    def to(self, device) -> BridgeSchedule:
         return BridgeSchedule(self.betas.to(device))
 
 

@@ -22,8 +22,16 @@ class EMA(Callback):
     weights when training ends (the averaged weights are the model).
     """
 
-    def __init__(self, of: str, decay: float, *, start: int = 0, every: int = 1, into: str | None = None,
-                 apply_at_end: bool = False) -> None:
+    def __init__(
+        self,
+        of: str,
+        decay: float,
+        *,
+        start: int = 0,
+        every: int = 1,
+        into: str | None = None,
+        apply_at_end: bool = False,
+    ) -> None:
         if not 0 <= decay < 1:
             raise ValueError(f"EMA decay={decay!r}: expected 0 <= decay < 1")
         if start < 0 or every < 1:

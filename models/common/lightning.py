@@ -27,13 +27,18 @@ import lightning as L
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.loggers import Logger
+from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.utilities import rank_zero_only
 
 from models.common.runtime import (  # noqa: F401 (re-exported)
     TRAINER_ENV,
-    checkpoint_dir, checkpoint_seconds, checkpoint_session, hardware_settings, set_threads, show_progress,
+    checkpoint_dir,
+    checkpoint_seconds,
+    checkpoint_session,
+    hardware_settings,
+    set_threads,
+    show_progress,
     trainer_settings,
 )
 
@@ -180,8 +185,12 @@ class EpochCheckpoint(Callback):
 
 def _global_rng_state() -> dict[str, Any]:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype("int64")),
-            "numpy": [kind, int(pos), int(has_gauss), float(cached)], "python": random.getstate()}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy_keys": torch.from_numpy(keys.astype("int64")),
+        "numpy": [kind, int(pos), int(has_gauss), float(cached)],
+        "python": random.getstate(),
+    }
 
 
 def _set_global_rng_state(state: dict[str, Any]) -> None:
@@ -206,8 +215,11 @@ def _plain_state(pl_module) -> dict[str, Any]:
     training changes besides weights and optimiser, so a resumed or reloaded fit ends with the same
     values. Private names, Lightning's own attributes and anything else (configs, samplers) stay out."""
     base = _lightning_attributes()
-    return {name: value for name, value in vars(pl_module).items()
-            if not name.startswith("_") and name not in base and _is_plain(value)}
+    return {
+        name: value
+        for name, value in vars(pl_module).items()
+        if not name.startswith("_") and name not in base and _is_plain(value)
+    }
 
 
 @functools.cache
@@ -355,8 +367,13 @@ def fit(
     if show_progress() and not complete:
         print(f"  training {variant} ({max_epochs} epochs)", flush=True)
     # weights_only: a checkpoint is unpickled only as tensors and plain containers (checked above too).
-    trainer.fit(module, train_dataloaders=train_loader, val_dataloaders=val_loader, ckpt_path=resume_from,
-                weights_only=True if resume_from else None)
+    trainer.fit(
+        module,
+        train_dataloaders=train_loader,
+        val_dataloaders=val_loader,
+        ckpt_path=resume_from,
+        weights_only=True if resume_from else None,
+    )
     if complete:
         # What runs after the fit continues the random streams exactly where the completed fit left them.
         if after["rng"]:
@@ -377,7 +394,12 @@ def _load_checkpoint(path, variant: str) -> dict | None:
     except (pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError, KeyError, AttributeError) as exc:
         aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
-        reason = "holds objects weights_only=True refuses" if isinstance(exc, pickle.UnpicklingError) else "is unreadable"
-        print(f"  {path} {reason} ({type(exc).__name__}: {str(exc)[:200]}); set aside as {aside.name}; "
-              f"training {variant} from scratch", flush=True)
+        reason = (
+            "holds objects weights_only=True refuses" if isinstance(exc, pickle.UnpicklingError) else "is unreadable"
+        )
+        print(
+            f"  {path} {reason} ({type(exc).__name__}: {str(exc)[:200]}); set aside as {aside.name}; "
+            f"training {variant} from scratch",
+            flush=True,
+        )
         return None

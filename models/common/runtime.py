@@ -7,10 +7,10 @@ import math
 import os
 import re
 import time
+from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 
 def show_progress() -> bool:
@@ -151,8 +151,10 @@ def check_environment() -> None:
     devices = settings["devices"]
     indices = str(devices).strip("[]").split(",") if isinstance(devices, str) and devices != "auto" else []
     if (isinstance(devices, int) and devices < 1) or any(not i.strip().isdigit() for i in indices):
-        raise ValueError(f"PAPERLINE_DEVICES={os.environ['PAPERLINE_DEVICES'].strip()!r}: expected a positive "
-                         "integer, 'auto' or a device list like '0,1'")
+        raise ValueError(
+            f"PAPERLINE_DEVICES={os.environ['PAPERLINE_DEVICES'].strip()!r}: expected a positive "
+            "integer, 'auto' or a device list like '0,1'"
+        )
     checkpoint_seconds()
     threads = os.environ.get("PAPERLINE_THREADS", "1").strip()
     if not threads.isdigit() or int(threads) < 1:

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
@@ -56,8 +57,13 @@ class Selection:
         return f"{self.arm}: {chosen} (validation {self.metric} {self.score:.4g} over {len(self.table)} grid points)"
 
 
-def select_on_validation(arm: str, points: Sequence[Mapping[str, Any]], fit_and_score: Callable[[dict[str, Any]], tuple[float, Any]],
-                         metric: str = "score", higher_is_better: bool = True) -> tuple[Selection, Any]:
+def select_on_validation(
+    arm: str,
+    points: Sequence[Mapping[str, Any]],
+    fit_and_score: Callable[[dict[str, Any]], tuple[float, Any]],
+    metric: str = "score",
+    higher_is_better: bool = True,
+) -> tuple[Selection, Any]:
     """Fit one candidate per grid point and keep the one with the best validation score.
 
     ``fit_and_score(point) -> (validation score, fitted object)``. Non-finite scores never win
@@ -100,7 +106,10 @@ class Patience:
         """Record one evaluation; True when it is the best so far."""
         self.step += 1
         improved = self.best is None or _better(
-            score - self.min_delta if self.higher_is_better else score + self.min_delta, self.best, self.higher_is_better)
+            score - self.min_delta if self.higher_is_better else score + self.min_delta,
+            self.best,
+            self.higher_is_better,
+        )
         if improved and math.isfinite(score):
             self.best, self.best_step, self.waited = float(score), self.step, 0
             return True
@@ -118,8 +127,9 @@ def early_stopping_callbacks(monitor: str, patience: int, mode: str = "min", min
     the ``BestWeights`` (last element)."""
     from lightning.pytorch.callbacks import EarlyStopping
 
-    stopper = EarlyStopping(monitor=monitor, patience=patience, mode=mode, min_delta=min_delta, check_finite=True,
-                            verbose=False)
+    stopper = EarlyStopping(
+        monitor=monitor, patience=patience, mode=mode, min_delta=min_delta, check_finite=True, verbose=False
+    )
     return [stopper, BestWeights(monitor, mode)]
 
 
@@ -143,8 +153,10 @@ class BestWeights(Callback):
             return
         value = trainer.callback_metrics.get(self.monitor)
         if value is None:
-            raise KeyError(f"BestWeights: validation metric {self.monitor!r} was not logged; "
-                           f"logged: {sorted(trainer.callback_metrics)}")
+            raise KeyError(
+                f"BestWeights: validation metric {self.monitor!r} was not logged; "
+                f"logged: {sorted(trainer.callback_metrics)}"
+            )
         value = float(value)
         self.epochs_seen = trainer.current_epoch + 1
         if _better(value, self.best, self.mode == "max"):
@@ -156,16 +168,25 @@ class BestWeights(Callback):
             pl_module.load_state_dict(self.weights)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "best_epoch": self.best_epoch, "epochs_seen": self.epochs_seen,
-                "weights": self.weights}
+        return {
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "epochs_seen": self.epochs_seen,
+            "weights": self.weights,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_epoch = state["best"], state["best_epoch"]
         self.epochs_seen, self.weights = state["epochs_seen"], state["weights"]
 
     def summary(self, arm: str) -> dict[str, float]:
-        return {f"select/{arm}/best_epoch": float(self.best_epoch), f"select/{arm}/epochs_trained": float(self.epochs_seen),
-                f"select/{arm}/best_val_{self.monitor.replace('/', '_')}": float(self.best if self.best is not None else math.nan)}
+        return {
+            f"select/{arm}/best_epoch": float(self.best_epoch),
+            f"select/{arm}/epochs_trained": float(self.epochs_seen),
+            f"select/{arm}/best_val_{self.monitor.replace('/', '_')}": float(
+                self.best if self.best is not None else math.nan
+            ),
+        }
 
 
 def learns_task(arm: str, score: float, threshold: float, higher_is_better: bool = True) -> tuple[str, bool]:
@@ -176,4 +197,12 @@ def learns_task(arm: str, score: float, threshold: float, higher_is_better: bool
     return f"{arm}_learns_task_{op}{threshold:g}", bool(ok)
 
 
-__all__ = ["BestWeights", "Patience", "Selection", "early_stopping_callbacks", "grid", "learns_task", "select_on_validation"]
+__all__ = [
+    "BestWeights",
+    "Patience",
+    "Selection",
+    "early_stopping_callbacks",
+    "grid",
+    "learns_task",
+    "select_on_validation",
+]

@@ -26,9 +26,10 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -58,7 +59,7 @@ class Tokenizer:
             raise ValueError("empty token in the vocabulary")
 
     @classmethod
-    def build(cls, symbols: Iterable[str], specials: Sequence[str] = (PAD, BOS, EOS)) -> "Tokenizer":
+    def build(cls, symbols: Iterable[str], specials: Sequence[str] = (PAD, BOS, EOS)) -> Tokenizer:
         return cls(tuple(specials) + tuple(symbols))
 
     def __len__(self) -> int:
@@ -98,7 +99,7 @@ class Tokenizer:
         specials = {PAD, BOS, EOS}
         return "".join(self.tokens[int(i)] for i in ids if not (skip_special and self.tokens[int(i)] in specials))
 
-    def with_tokens(self, new: Sequence[str]) -> "Tokenizer":
+    def with_tokens(self, new: Sequence[str]) -> Tokenizer:
         """This vocabulary plus ``new`` tokens appended (existing ids unchanged)."""
         return Tokenizer(self.tokens + tuple(t for t in new if t not in self.tokens))
 
@@ -107,7 +108,7 @@ class Tokenizer:
         (Path(folder) / "vocab.json").write_text(json.dumps(self.index, indent=1, ensure_ascii=False) + "\n")
 
     @classmethod
-    def load(cls, folder: Path) -> "Tokenizer":
+    def load(cls, folder: Path) -> Tokenizer:
         path = Path(folder) / "vocab.json"
         if not path.is_file():
             raise FileNotFoundError(f"no vocab.json in {folder}")
@@ -147,11 +148,18 @@ class LMConfig:
         return self.n_inner or 4 * self.n_embd
 
     def to_hf(self) -> dict[str, Any]:
-        return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], **asdict(self),
-                "n_ctx": self.n_positions, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
+        return {
+            "model_type": "gpt2",
+            "architectures": ["GPT2LMHeadModel"],
+            **asdict(self),
+            "n_ctx": self.n_positions,
+            "resid_pdrop": 0.0,
+            "embd_pdrop": 0.0,
+            "attn_pdrop": 0.0,
+        }
 
     @classmethod
-    def from_hf(cls, values: Mapping[str, Any]) -> "LMConfig":
+    def from_hf(cls, values: Mapping[str, Any]) -> LMConfig:
         model_type = values.get("model_type", "gpt2")
         if model_type != "gpt2":
             raise ValueError(f"unsupported model_type {model_type!r}: only GPT-2-architecture checkpoints load")
@@ -269,12 +277,12 @@ class TinyLM(nn.Module):
         old = self.wte.weight.data
         grown = nn.Embedding(old.shape[0] + n_new, old.shape[1])
         grown.weight.data[: old.shape[0]] = old
-        grown.weight.data[old.shape[0]:] = old.mean(0, keepdim=True)
+        grown.weight.data[old.shape[0] :] = old.mean(0, keepdim=True)
         self.wte = grown
         if not self.config.tie_word_embeddings:
             head = nn.Linear(old.shape[1], old.shape[0] + n_new, bias=False)
             head.weight.data[: old.shape[0]] = self.lm_head.weight.data
-            head.weight.data[old.shape[0]:] = self.lm_head.weight.data.mean(0, keepdim=True)
+            head.weight.data[old.shape[0] :] = self.lm_head.weight.data.mean(0, keepdim=True)
             self.lm_head = head
         self.config = LMConfig(**{**asdict(self.config), "vocab_size": old.shape[0] + n_new})
         return list(range(old.shape[0], old.shape[0] + n_new))
@@ -299,7 +307,9 @@ class LoRALinear(nn.Module):
         for p in self.base.parameters():
             p.requires_grad_(False)
         self.scale = alpha / rank
-        self.lora_A = nn.Parameter(torch.randn(rank, base.in_features, generator=generator) / math.sqrt(base.in_features))
+        self.lora_A = nn.Parameter(
+            torch.randn(rank, base.in_features, generator=generator) / math.sqrt(base.in_features)
+        )
         self.lora_B = nn.Parameter(torch.zeros(base.out_features, rank))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -313,7 +323,9 @@ class LoRALinear(nn.Module):
         return layer
 
 
-def add_lora(model: TinyLM, rank: int, alpha: float, targets: Sequence[str] = ("attn.c_attn",), seed: int = 0) -> list[nn.Parameter]:
+def add_lora(
+    model: TinyLM, rank: int, alpha: float, targets: Sequence[str] = ("attn.c_attn",), seed: int = 0
+) -> list[nn.Parameter]:
     """Freeze ``model`` and wrap the linear layers named ``h.<i>.<target>`` in LoRA; returns the new parameters."""
     for p in model.parameters():
         p.requires_grad_(False)
@@ -344,14 +356,23 @@ def merge_lora(model: TinyLM) -> TinyLM:
 # ----------------------------------------------------------------------------- safetensors
 
 _ST_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
     "BOOL": torch.bool,
 }
 _ST_NAMES = {v: k for k, v in _ST_DTYPES.items()}
 
 
-def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None) -> None:
+def write_safetensors(
+    path: Path, tensors: Mapping[str, torch.Tensor], metadata: Mapping[str, str] | None = None
+) -> None:
     """Write the safetensors format: u64 header length, JSON header, raw little-endian bytes.
 
     Tensors are laid out in name order, so the bytes depend on the values only (DVC-friendly).
@@ -363,7 +384,11 @@ def write_safetensors(path: Path, tensors: Mapping[str, torch.Tensor], metadata:
         if t.dtype not in _ST_NAMES:
             raise TypeError(f"{name}: dtype {t.dtype} is not supported by safetensors")
         raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        header[name] = {"dtype": _ST_NAMES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        header[name] = {
+            "dtype": _ST_NAMES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + len(raw)],
+        }
         blobs.append(raw)
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode()
@@ -432,8 +457,10 @@ def from_hf_state_dict(state: Mapping[str, torch.Tensor], config: LMConfig) -> d
 
 
 def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    for index_name, reader in (("model.safetensors.index.json", read_safetensors),
-                               ("pytorch_model.bin.index.json", lambda p: torch.load(p, weights_only=True, map_location="cpu"))):
+    for index_name, reader in (
+        ("model.safetensors.index.json", read_safetensors),
+        ("pytorch_model.bin.index.json", lambda p: torch.load(p, weights_only=True, map_location="cpu")),
+    ):
         index = folder / index_name
         if index.is_file():
             state: dict[str, torch.Tensor] = {}
@@ -447,7 +474,9 @@ def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
     raise FileNotFoundError(f"no model.safetensors or pytorch_model.bin (or a sharded index) in {folder}")
 
 
-def save_pretrained(model: TinyLM, folder: Path, tokenizer: Tokenizer | None = None, weights: str = "safetensors") -> Path:
+def save_pretrained(
+    model: TinyLM, folder: Path, tokenizer: Tokenizer | None = None, weights: str = "safetensors"
+) -> Path:
     """Write ``model`` (and ``tokenizer``) as a Hugging Face GPT-2 folder; returns the folder."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -473,10 +502,15 @@ def load_pretrained(folder: Path) -> TinyLM:
         raise FileNotFoundError(f"no config.json in {folder}")
     config = LMConfig.from_hf(json.loads((folder / "config.json").read_text()))
     model = TinyLM(config)
-    state = {k: v.float() if v.is_floating_point() else v for k, v in from_hf_state_dict(_read_weights(folder), config).items()}
+    state = {
+        k: v.float() if v.is_floating_point() else v
+        for k, v in from_hf_state_dict(_read_weights(folder), config).items()
+    }
     missing, unexpected = model.load_state_dict(state, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{folder}: weights do not fit the config (missing {missing[:5]}, unexpected {unexpected[:5]})")
+        raise ValueError(
+            f"{folder}: weights do not fit the config (missing {missing[:5]}, unexpected {unexpected[:5]})"
+        )
     return model.eval()
 
 
@@ -493,7 +527,9 @@ def next_token_logprobs(model: TinyLM, ids: torch.Tensor, attention_mask: torch.
     return torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
 
 
-def sequence_logprob(model: TinyLM, ids: torch.Tensor, target_mask: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+def sequence_logprob(
+    model: TinyLM, ids: torch.Tensor, target_mask: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Sum of log-probabilities of the tokens where ``target_mask`` (aligned with ``ids``) is set."""
     return (next_token_logprobs(model, ids, attention_mask) * target_mask[:, 1:].to(torch.float32)).sum(1)
 
@@ -505,8 +541,8 @@ def left_pad(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Ten
     mask = torch.zeros((len(sequences), width), dtype=torch.long)
     for i, s in enumerate(sequences):
         if len(s):
-            ids[i, width - len(s):] = torch.as_tensor(list(s), dtype=torch.long)
-            mask[i, width - len(s):] = 1
+            ids[i, width - len(s) :] = torch.as_tensor(list(s), dtype=torch.long)
+            mask[i, width - len(s) :] = 1
     return ids, mask
 
 
@@ -578,7 +614,13 @@ def generate(
             length = torch.where(hit, torch.full_like(length, step + 1), length)
             done |= hit
         ids = torch.cat([ids, nxt[:, None]], 1)
-        mask = torch.cat([mask, (~done | torch.isin(nxt, stops)).long()[:, None] if len(stops) else torch.ones(B, 1, dtype=torch.long)], 1)
+        mask = torch.cat(
+            [
+                mask,
+                (~done | torch.isin(nxt, stops)).long()[:, None] if len(stops) else torch.ones(B, 1, dtype=torch.long),
+            ],
+            1,
+        )
         if bool(done.all()):
             break
     return Generation(torch.stack(tokens, 1), torch.stack(logprobs, 1), length)
@@ -599,8 +641,14 @@ class LanguageModelling(L.LightningModule):
     masked fine-tuning are this one module with different weights.
     """
 
-    def __init__(self, model: nn.Module, lr: float, weight_decay: float = 0.0, params: Sequence[nn.Parameter] | None = None,
-                 grad_masks: Mapping[str, torch.Tensor] | None = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        lr: float,
+        weight_decay: float = 0.0,
+        params: Sequence[nn.Parameter] | None = None,
+        grad_masks: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
         super().__init__()
         self.model, self.lr, self.weight_decay = model, lr, weight_decay
         self.trainable = list(params) if params is not None else None
@@ -635,13 +683,35 @@ class LanguageModelling(L.LightningModule):
                 p.grad.mul_(self.grad_masks[name])
 
     def configure_optimizers(self):
-        params = self.trainable if self.trainable is not None else [p for p in self.model.parameters() if p.requires_grad]
+        params = (
+            self.trainable if self.trainable is not None else [p for p in self.model.parameters() if p.requires_grad]
+        )
         return torch.optim.AdamW(params, lr=self.lr, weight_decay=self.weight_decay)
 
 
 __all__ = [
-    "BOS", "EOS", "PAD", "Generation", "LMConfig", "LanguageModelling", "LoRALinear", "Tokenizer", "TinyLM",
-    "add_lora", "from_hf_state_dict", "generate", "left_pad", "load_pretrained", "load_tokenizer", "merge_lora",
-    "n_parameters", "next_token_logprobs", "read_safetensors", "right_pad", "save_pretrained", "sequence_logprob",
-    "to_hf_state_dict", "write_safetensors",
+    "BOS",
+    "EOS",
+    "PAD",
+    "Generation",
+    "LMConfig",
+    "LanguageModelling",
+    "LoRALinear",
+    "Tokenizer",
+    "TinyLM",
+    "add_lora",
+    "from_hf_state_dict",
+    "generate",
+    "left_pad",
+    "load_pretrained",
+    "load_tokenizer",
+    "merge_lora",
+    "n_parameters",
+    "next_token_logprobs",
+    "read_safetensors",
+    "right_pad",
+    "save_pretrained",
+    "sequence_logprob",
+    "to_hf_state_dict",
+    "write_safetensors",
 ]

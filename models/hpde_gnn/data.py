@@ -25,8 +25,6 @@ TARGET_RESPONSES = {
 }
 
 
-
-
 def load_npz(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as archive:
         return {k: archive[k] for k in archive.files}

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-
 
 # ----------------------------------------------------------------------------- graph operators
 
@@ -155,7 +155,7 @@ class ChebIIFilter(nn.Module):
         return torch.cat([w[:1] / 2, w[1:]])
 
     def forward(self, x: Tensor, ops: GraphOperators) -> Tensor:
-        shifted = lambda h: propagate(ops.laplacian, h) - h  # (L - I) h, spectrum in [-1, 1]  # noqa: E731
+        shifted = lambda h: propagate(ops.laplacian, h) - h  # (L - I) h, spectrum in [-1, 1]
         basis = [x, shifted(x)]  # T_k(L - I) x by the three-term recurrence
         for _ in range(2, self.order + 1):
             basis.append(2 * shifted(basis[-1]) - basis[-2])
@@ -202,8 +202,8 @@ def node_norm_max(x: Tensor) -> Tensor:
 class WaveSolver(nn.Module):
     """Leapfrog integration of d^2X/dt^2 = G(X) over n = ceil(T / dt) steps, one filter per step.
 
-        X_1     = X_0 + dt X'_0 + dt^2 / 2 G_0(X_0)          (Taylor first step)
-        X_{m+1} = 2 X_m + dt^2 G_m(X_m) - X_{m-1}            (central difference, m = 1 .. n-1)
+    X_1     = X_0 + dt X'_0 + dt^2 / 2 G_0(X_0)          (Taylor first step)
+    X_{m+1} = 2 X_m + dt^2 G_m(X_m) - X_{m-1}            (central difference, m = 1 .. n-1)
     """
 
     def __init__(self, make_step_filter: Callable[[], nn.Module], time: float, dt: float) -> None:
@@ -245,7 +245,6 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     if not training or p == 0.0:
         return x
     return x * (torch.rand_like(x) >= p).to(x.dtype).mul_(1.0 / (1.0 - p))
-
 
 
 class MLP(nn.Module):

@@ -68,7 +68,15 @@ from torch.utils.data import DataLoader, Dataset
 from torch_geometric.data import Data
 
 from models.base import (
-    ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, verdict_of,
+    ClaimResult,
+    Criterion,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    verdict_of,
     write_manifest,
 )
 from models.common import plotting
@@ -122,12 +130,18 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     save_npz(data_dir / REGRESSION_FILE, **filter_regression(d.grid_side, d.images, d.targets, cfg.seed))
     regression = f"filter regression on {d.images} sklearn digits upsampled to a {d.grid_side}x{d.grid_side} grid"
     if d.planetoid_dir:
-        origin = dataset_meta("real", f"Planetoid raw files {d.planetoid_name} from data/{d.planetoid_dir}; {regression}")
+        origin = dataset_meta(
+            "real", f"Planetoid raw files {d.planetoid_name} from data/{d.planetoid_dir}; {regression}"
+        )
     else:
-        origin = dataset_meta("synthetic", (
-            f"CSBM (torch_geometric stochastic_blockmodel_graph), seed {cfg.seed}: {d.nodes} nodes, {d.classes} classes, "
-            f"{d.features} features, degree {d.avg_degree:g}, signal {d.signal:g}, homophily {list(d.homophily)}, "
-            f"{d.splits} random splits; {regression}"))
+        origin = dataset_meta(
+            "synthetic",
+            (
+                f"CSBM (torch_geometric stochastic_blockmodel_graph), seed {cfg.seed}: {d.nodes} nodes, {d.classes} classes, "
+                f"{d.features} features, degree {d.avg_degree:g}, signal {d.signal:g}, homophily {list(d.homophily)}, "
+                f"{d.splits} random splits; {regression}"
+            ),
+        )
     return write_manifest(data_dir, meta={
         **origin,
         "generator": "planetoid raw files" if d.planetoid_dir else "CSBM (torch_geometric stochastic_blockmodel_graph)",
@@ -191,11 +205,13 @@ def build_network(cfg: Config, variant: str, in_dim: int, classes: int) -> nn.Mo
     if family == "mlp":
         return MLP(in_dim, cfg.hidden, classes, cfg.dropout)
     if family == "wave":
-        return HyperbolicGNN(in_dim, cfg.hidden, classes, cfg.dropout, lambda: make_filter("sym", 1), cfg.pde_time, cfg.pde_dt)
+        return HyperbolicGNN(
+            in_dim, cfg.hidden, classes, cfg.dropout, lambda: make_filter("sym", 1), cfg.pde_time, cfg.pde_dt
+        )
     if role == "baseline":
         base_filter = make_filter(family, cfg.base_order, cfg.gpr_alpha)
         return SpectralGNN(in_dim, cfg.hidden, classes, cfg.dropout, cfg.dprate, base_filter)
-    step_filter = lambda: make_filter(family, cfg.pde_order, cfg.gpr_alpha)  # noqa: E731
+    step_filter = lambda: make_filter(family, cfg.pde_order, cfg.gpr_alpha)
     return HyperbolicGNN(in_dim, cfg.hidden, classes, cfg.dropout, step_filter, cfg.pde_time, cfg.pde_dt)
 
 
@@ -256,7 +272,9 @@ class NodeClassification(L.LightningModule):
                 total = total + loss if stage == stages[0] else total
         logged = {f"{variant}/{stage}/loss": torch.stack(ls).mean().detach() for (variant, stage), ls in losses.items()}
         for variant, stage in losses:
-            logged[f"{variant}/{stage}/acc"] = float(np.mean([a for k, a in accs[stage].items() if self.where[k][0] == variant]))
+            logged[f"{variant}/{stage}/acc"] = float(
+                np.mean([a for k, a in accs[stage].items() if self.where[k][0] == variant])
+            )
         self.log_dict(logged, on_step=False, on_epoch=True, batch_size=1)
         return total, accs
 
@@ -268,7 +286,12 @@ class NodeClassification(L.LightningModule):
         for key, val_acc in accs["val"].items():  # model selection: first epoch with the best val accuracy
             if val_acc > self.best[key]["val_acc"]:
                 state = {k: v.detach().clone() for k, v in self.nets[key].state_dict().items()}
-                self.best[key] = {"val_acc": val_acc, "test_acc": accs["test"][key], "epoch": self.current_epoch, "state": state}
+                self.best[key] = {
+                    "val_acc": val_acc,
+                    "test_acc": accs["test"][key],
+                    "epoch": self.current_epoch,
+                    "state": state,
+                }
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.nets.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
@@ -339,7 +362,7 @@ def regression_network(cfg: Config, role: str, family: str) -> nn.Module:
     """Baseline: the order-10 filter alone (BernNet's protocol). Method: the bias-free 1 -> hidden -> 1 wave network."""
     if role == "baseline":
         return make_filter(family, cfg.base_order, cfg.gpr_alpha)
-    step_filter = lambda: make_filter(family, cfg.pde_order, cfg.gpr_alpha)  # noqa: E731
+    step_filter = lambda: make_filter(family, cfg.pde_order, cfg.gpr_alpha)
     return HyperbolicGNN(1, cfg.hidden, 1, 0.0, step_filter, cfg.pde_time, cfg.pde_dt, bias=False)
 
 
@@ -363,7 +386,9 @@ def split_history(records: list[dict[str, float]], names: list[str]) -> dict[str
         for name in names:
             picked = {k.removeprefix(name + "/"): v for k, v in record.items() if k.startswith(name + "/")}
             if picked:
-                history[name].append({"step": record["step"], **({"epoch": record["epoch"]} if "epoch" in record else {}), **picked})
+                history[name].append(
+                    {"step": record["step"], **({"epoch": record["epoch"]} if "epoch" in record else {}), **picked}
+                )
     return history
 
 
@@ -380,7 +405,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     started = time.perf_counter()
     module = NodeClassification(build_members(cfg, graphs, names), cfg)
     loader = full_batch_loader(graphs)
-    records = fit(module, loader, loader, max_epochs=cfg.epochs, seed=cfg.seed, variant=f"{len(module.nets)} node classifiers")
+    records = fit(
+        module, loader, loader, max_epochs=cfg.epochs, seed=cfg.seed, variant=f"{len(module.nets)} node classifiers"
+    )
     history = split_history(records, names)
     for variant in names:
         best = {key.split("__", 1)[1]: b for key, b in module.best.items() if module.where[key][0] == variant}
@@ -393,7 +420,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     started = time.perf_counter()
     regression = FilterRegression(regression_members(cfg), cfg.data.targets, cfg)
     loader = full_batch_loader(regression_batch(data))
-    records = fit(regression, loader, None, max_epochs=cfg.regression_epochs, seed=cfg.seed, variant="filter regression")
+    records = fit(
+        regression, loader, None, max_epochs=cfg.regression_epochs, seed=cfg.seed, variant="filter regression"
+    )
     history |= split_history(records, ["regression_baseline", "regression_method"])
     torch.save(regression.nets.state_dict(), weights_file(out_dir, "regression"))
     for role in ("baseline", "method"):
@@ -429,7 +458,7 @@ def evaluate_classification(cfg: Config, graphs: list[Data], model_dir: Path) ->
     """Test/val accuracy and per-step norms of every (variant, level, split) at its best-validation weights."""
     states = {variant: torch.load(weights_file(model_dir, variant), weights_only=True) for variant in variants(cfg)}
     results: dict = {}
-    for key, (net, variant, g, s) in build_members(cfg, graphs, variants(cfg)).items():
+    for _key, (net, variant, g, s) in build_members(cfg, graphs, variants(cfg)).items():
         graph = graphs[g]
         net.load_state_dict(states[variant][run_key(graph.name, s)])
         correct = net.eval()(graph.x, graph.ops).argmax(1) == graph.y
@@ -486,7 +515,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             per_level.append(np.mean(accs))
         values[f"{role}/{family}/acc_mean"] = float(np.mean(per_level))
         norms = [max(r["step_norms"], default=0.0) for (v, _, _), r in runs.items() if v == variant]
-        values[f"{role}/{family}/max_step_norm"] = max(max(norms), artifacts.summary.get(f"{variant}/max_step_norm", 0.0))
+        values[f"{role}/{family}/max_step_norm"] = max(
+            max(norms), artifacts.summary.get(f"{variant}/max_step_norm", 0.0)
+        )
         values[f"{role}/{family}/best_epoch"] = artifacts.summary.get(f"{variant}/best_epoch", float("nan"))
     values["method/acc_mean"] = float(np.mean([values[f"method/{f}/acc_mean"] for f in cfg.filters]))
     values["baseline/acc_mean"] = float(np.mean([values[f"baseline/{f}/acc_mean"] for f in cfg.filters]))
@@ -522,7 +553,11 @@ def plot_accuracy_vs_homophily(cfg: Config, levels: list[dict], values: dict, pa
     h = [lv["edge_homophily"] for lv in levels]
     fig, axes = plt.subplots(1, len(cfg.filters), figsize=(4.2 * len(cfg.filters), 3.6), sharey=True, squeeze=False)
     for ax, family in zip(axes[0], cfg.filters):
-        shown = ["baseline_mlp"] + (["baseline_wave"] if cfg.wave_baseline else []) + [f"baseline_{family}", f"method_{family}"]
+        shown = (
+            ["baseline_mlp"]
+            + (["baseline_wave"] if cfg.wave_baseline else [])
+            + [f"baseline_{family}", f"method_{family}"]
+        )
         for variant in shown:
             role, fam = variant.split("_", 1)
             mean = [100 * values[f"{role}/{fam}/acc_{lv['name']}"] for lv in levels]
@@ -573,7 +608,9 @@ def plot_step_norms(cfg: Config, levels: list[dict], runs: dict, path: Path) -> 
 def plot_filter_regression(cfg: Config, regression: dict, path: Path) -> Path:
     plt = plotting.pyplot()
     targets = cfg.data.targets
-    fig, axes = plt.subplots(len(cfg.filters), len(targets), figsize=(2.8 * len(targets), 2.4 * len(cfg.filters)), squeeze=False)
+    fig, axes = plt.subplots(
+        len(cfg.filters), len(targets), figsize=(2.8 * len(targets), 2.4 * len(cfg.filters)), squeeze=False
+    )
     grid = np.linspace(0, 2, 200)
     for row, family in zip(axes, cfg.filters):
         for ax, target in zip(row, targets):
@@ -585,7 +622,9 @@ def plot_filter_regression(cfg: Config, regression: dict, path: Path) -> Path:
             ax.set_title(f"{target}", fontsize=9)
             ax.legend(fontsize=6)
             ax.set_ylim(-0.3, 1.3)
-    fig.supxlabel("eigenvalue lambda of L (GPR-GNN: 1 - eigenvalue of its A_tilde); black: target response, lines: learned")
+    fig.supxlabel(
+        "eigenvalue lambda of L (GPR-GNN: 1 - eigenvalue of its A_tilde); black: target response, lines: learned"
+    )
     return plotting.save(fig, path)
 
 
@@ -596,20 +635,32 @@ def filter_criteria(cfg: Config, v: dict[str, float], f: str, levels: list[str])
     """Filter ``f``'s two conjuncts: PDE's mean accuracy >= base - margin, strict wins on a majority of levels."""
     units = [(lv, s) for lv in levels for s in range(cfg.data.splits)]
     gain = V.difference_criterion(
-        f"{f}_mean_gain_pt", f"{NAMES[f]}: PDE version - base test accuracy (pt), mean over homophily levels x splits",
-        [v[split_key("method", f, s, lv)] for lv, s in units], [v[split_key("baseline", f, s, lv)] for lv, s in units],
-        -CLAIM_MARGIN_PT, ">=", units="paired (homophily level x split) runs", scale=100.0)
+        f"{f}_mean_gain_pt",
+        f"{NAMES[f]}: PDE version - base test accuracy (pt), mean over homophily levels x splits",
+        [v[split_key("method", f, s, lv)] for lv, s in units],
+        [v[split_key("baseline", f, s, lv)] for lv, s in units],
+        -CLAIM_MARGIN_PT,
+        ">=",
+        units="paired (homophily level x split) runs",
+        scale=100.0,
+    )
     # The levels are the claim's fixed settings, not a sample of levels: the number of strict wins of the per-level
     # means (over splits) is a count over them, so an exact criterion; a tie (e.g. both saturated) is not a win.
     wins = sum(v[f"method/{f}/acc_{lv}"] > v[f"baseline/{f}/acc_{lv}"] for lv in levels)
     won = V.exact_criterion(
-        f"{f}_levels_won", f"{NAMES[f]}: homophily levels where the PDE version's mean test accuracy is strictly above "
-        "the base's", wins, len(levels) // 2 + 1, ">=", units=f"count over {len(levels)} homophily levels")
+        f"{f}_levels_won",
+        f"{NAMES[f]}: homophily levels where the PDE version's mean test accuracy is strictly above the base's",
+        wins,
+        len(levels) // 2 + 1,
+        ">=",
+        units=f"count over {len(levels)} homophily levels",
+    )
     return gain, won
 
 
-def filters_passing_criterion(per_filter: dict[str, tuple[Criterion, Criterion]], required: int,
-                              at_estimate: int) -> Criterion:
+def filters_passing_criterion(
+    per_filter: dict[str, tuple[Criterion, Criterion]], required: int, at_estimate: int
+) -> Criterion:
     """How many filters pass both conjuncts ("k of F"). The estimate counts filters passing at the point estimates;
     the interval runs from the filters whose criteria all hold to those with none failing, so the count holds
     only when ``required`` filters surely pass and fails only when too few can."""
@@ -619,14 +670,25 @@ def filters_passing_criterion(per_filter: dict[str, tuple[Criterion, Criterion]]
     undecided = [NAMES[f] for f, state in states.items() if state == "inconclusive"]
     reason = f"undecided filters: {', '.join(undecided)}" if surely < required <= possibly else ""
     return Criterion(
-        "filters_passing", "base filters whose PDE version passes both its mean-gain and levels-won criteria",
-        at_estimate, surely, possibly, required, ">=", units=f"{len(per_filter)} filters", n_units=len(per_filter),
-        interval="per-filter states", reason=reason)
+        "filters_passing",
+        "base filters whose PDE version passes both its mean-gain and levels-won criteria",
+        at_estimate,
+        surely,
+        possibly,
+        required,
+        ">=",
+        units=f"{len(per_filter)} filters",
+        n_units=len(per_filter),
+        interval="per-filter states",
+        reason=reason,
+    )
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
-    homophily = {k.removeprefix("data/edge_homophily_"): h for k, h in v.items() if k.startswith("data/edge_homophily_")}
+    homophily = {
+        k.removeprefix("data/edge_homophily_"): h for k, h in v.items() if k.startswith("data/edge_homophily_")
+    }
     levels = sorted(homophily, key=homophily.get)  # level names, lowest edge homophily first
     figures: dict[str, float] = {}
     per_filter: dict[str, tuple[Criterion, Criterion]] = {}
@@ -634,11 +696,19 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     for f in cfg.filters:
         gain, won = per_filter[f] = filter_criteria(cfg, v, f, levels)
         passing += gain.estimate >= -CLAIM_MARGIN_PT and won.estimate >= won.threshold
-        figures.update({f"{f}_mean_gain_pt": gain.estimate, f"{f}_mean_gain_pt_low": gain.low,
-                        f"{f}_mean_gain_pt_high": gain.high, f"{f}_levels_won": won.estimate})
+        figures.update(
+            {
+                f"{f}_mean_gain_pt": gain.estimate,
+                f"{f}_mean_gain_pt_low": gain.low,
+                f"{f}_mean_gain_pt_high": gain.high,
+                f"{f}_levels_won": won.estimate,
+            }
+        )
         for lv in levels:
             figures[f"{f}_gain_pt_{lv}"] = 100 * (v[f"method/{f}/acc_{lv}"] - v[f"baseline/{f}/acc_{lv}"])
-        figures[f"{f}_r2_gain"] = float(np.mean([v[f"method/{f}/r2_{t}"] - v[f"baseline/{f}/r2_{t}"] for t in cfg.data.targets]))
+        figures[f"{f}_r2_gain"] = float(
+            np.mean([v[f"method/{f}/r2_{t}"] - v[f"baseline/{f}/r2_{t}"] for t in cfg.data.targets])
+        )
     required = math.ceil(2 * len(cfg.filters) / 3)
     # The claim is "k of F filters", not "every filter": the per-filter criteria enter the verdict through this count
     # (they are reported in figures and notes), so one undecided filter does not decide the claim on its own.
@@ -672,7 +742,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         + "; ".join(f"{NAMES[f]} " + ", ".join(c.describe() for c in per_filter[f]) for f in cfg.filters)
         + f". Mean best-validation epoch of {cfg.epochs}: "
         + ", ".join(
-            f"{NAMES[f]} {v[f'baseline/{f}/best_epoch']:.0f} -> PDE {v[f'method/{f}/best_epoch']:.0f}" for f in cfg.filters
+            f"{NAMES[f]} {v[f'baseline/{f}/best_epoch']:.0f} -> PDE {v[f'method/{f}/best_epoch']:.0f}"
+            for f in cfg.filters
         )
         + f". Filter regression mean R2: PDE {figures['r2_mean_method']:.3f} vs base {figures['r2_mean_baseline']:.3f}."
     )

@@ -25,7 +25,6 @@ from models.common.diffusion import BridgeSchedule
 from .config import DistillConfig, TeacherConfig
 from .networks import BridgeNet, OneStepGenerator
 
-
 # ----------------------------------------------------------------------------- losses
 
 
@@ -34,8 +33,9 @@ def loss_weight(step: torch.Tensor, n_steps: int, coeff: float) -> torch.Tensor:
     return 10.0 ** (coeff * (1 - step.float() / n_steps))
 
 
-def bridge_matching_loss(net: BridgeNet, bridge: BridgeSchedule, x0: torch.Tensor, x1: torch.Tensor,
-                         step: torch.Tensor, coeff: float = 0.0) -> torch.Tensor:
+def bridge_matching_loss(
+    net: BridgeNet, bridge: BridgeSchedule, x0: torch.Tensor, x1: torch.Tensor, step: torch.Tensor, coeff: float = 0.0
+) -> torch.Tensor:
     """Mean over the batch of w(t) * mean_d (x0_hat(x_t, t) - x0)^2, x_t ~ q(x_t | x0, x1)."""
     x_t = bridge.q_sample(step, x0, x1)
     x0_hat = net.pred_x0(x_t, step, x1 if net.cond else None)
@@ -43,8 +43,15 @@ def bridge_matching_loss(net: BridgeNet, bridge: BridgeSchedule, x0: torch.Tenso
     return (loss_weight(step, bridge.n_steps, coeff) * per_sample).mean()
 
 
-def generator_loss(teacher: BridgeNet, fake: BridgeNet, bridge: BridgeSchedule, x0: torch.Tensor,
-                   x1: torch.Tensor, step: torch.Tensor, coeff: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+def generator_loss(
+    teacher: BridgeNet,
+    fake: BridgeNet,
+    bridge: BridgeSchedule,
+    x0: torch.Tensor,
+    x1: torch.Tensor,
+    step: torch.Tensor,
+    coeff: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """IBMD's generator objective (can be negative) and the fake bridge's prediction at x_t."""
     x_t = bridge.q_sample(step, x0.detach(), x1)
     cond = x1 if teacher.cond else None
@@ -113,8 +120,14 @@ class InverseBridgeMatching(L.LightningModule):
     """The min-max of Theorem 3.2 with manual optimisation: per item, ``bridge_loop`` fake-bridge
     steps on the generator's coupling, then one generator step. Sees corrupted x1 only."""
 
-    def __init__(self, generator: OneStepGenerator, fake: BridgeNet, teacher: BridgeNet, bridge: BridgeSchedule,
-                 cfg: DistillConfig) -> None:
+    def __init__(
+        self,
+        generator: OneStepGenerator,
+        fake: BridgeNet,
+        teacher: BridgeNet,
+        bridge: BridgeSchedule,
+        cfg: DistillConfig,
+    ) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.generator, self.fake, self.bridge, self.cfg = generator, fake, bridge, cfg
@@ -151,15 +164,19 @@ class InverseBridgeMatching(L.LightningModule):
                 opt_f.step()
         x1 = chunks[-1]
         x0 = generator(x1)
-        gen_loss, fake_x0 = generator_loss(self.teacher, self.fake, self.bridge, x0, x1, self.steps(len(x1)),
-                                           self.cfg.t_power_ten_coeff)
+        gen_loss, fake_x0 = generator_loss(
+            self.teacher, self.fake, self.bridge, x0, x1, self.steps(len(x1)), self.cfg.t_power_ten_coeff
+        )
         if opt_g is not None:
             opt_g.zero_grad()
             self.manual_backward(gen_loss)
             opt_g.step()
             ema_update(self.generator_ema, self.generator, self.cfg.student_ema)
-        logs = {"fake_loss": fake_loss, "generator_loss": gen_loss,
-                "convergence": convergence_condition(fake_x0, x0.detach())}
+        logs = {
+            "fake_loss": fake_loss,
+            "generator_loss": gen_loss,
+            "convergence": convergence_condition(fake_x0, x0.detach()),
+        }
         self.log_dict({f"{stage}/{k}": v for k, v in logs.items()}, on_step=False, on_epoch=True, batch_size=len(x1))
         # For the non-finite-loss stop: finite iff both the fake and the generator losses are.
         return (fake_loss + gen_loss).detach()
@@ -171,16 +188,19 @@ class InverseBridgeMatching(L.LightningModule):
         self.shared_step(batch, "val")
 
     def configure_optimizers(self):
-        return (torch.optim.Adam(self.generator.parameters(), lr=self.cfg.lr),
-                torch.optim.Adam(self.fake.parameters(), lr=self.cfg.lr))
+        return (
+            torch.optim.Adam(self.generator.parameters(), lr=self.cfg.lr),
+            torch.optim.Adam(self.fake.parameters(), lr=self.cfg.lr),
+        )
 
 
 # ----------------------------------------------------------------------------- sampling
 
 
 @torch.no_grad()
-def teacher_sample(teacher: BridgeNet, bridge: BridgeSchedule, x1: torch.Tensor, nfe: int,
-                   generator: torch.Generator | None = None) -> torch.Tensor:
+def teacher_sample(
+    teacher: BridgeNet, bridge: BridgeSchedule, x1: torch.Tensor, nfe: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """I2SB's DDPM-posterior sampler from x1 with ``nfe`` teacher calls (state at step 0)."""
     cond = x1 if teacher.cond else None
     return bridge.sample(lambda x_t, step: teacher.pred_x0(x_t, step, cond), x1, nfe, generator)
@@ -190,7 +210,9 @@ def teacher_sample(teacher: BridgeNet, bridge: BridgeSchedule, x1: torch.Tensor,
 
 
 @torch.no_grad()
-def mean_pairwise_distance(a: torch.Tensor, b: torch.Tensor, exclude_diagonal: bool = False, chunk: int = 2048) -> float:
+def mean_pairwise_distance(
+    a: torch.Tensor, b: torch.Tensor, exclude_diagonal: bool = False, chunk: int = 2048
+) -> float:
     """Mean Euclidean distance over all pairs (a_i, b_j) (i != j with ``exclude_diagonal``); float64 sums."""
     total = 0.0
     for i in range(0, len(a), chunk):

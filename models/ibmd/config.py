@@ -118,7 +118,7 @@ class Config(MethodConfig):
     bimodal_threshold: float = Field(0.5, gt=0, le=1e3)  # |x0_2| above it counts as a recovered mode
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         top = self.bridge.steps - 1
         if not all(1 <= n <= top for n in (*self.eval_nfe, self.many_nfe)):
             raise ValueError(f"eval_nfe and many_nfe must lie in [1, bridge.steps - 1 = {top}]")

@@ -12,7 +12,6 @@ import numpy as np
 
 from .config import DataConfig
 
-
 # ----------------------------------------------------------------------------- 2-D toy
 
 
@@ -94,9 +93,13 @@ def make_digits(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
 
 
 def split_pairs(x0: np.ndarray, x1: np.ndarray, n_train: int) -> dict[str, np.ndarray]:
-    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)  # noqa: E731
-    return {"x0_train": f32(x0[:n_train]), "x1_train": f32(x1[:n_train]),
-            "x0_test": f32(x0[n_train:]), "x1_test": f32(x1[n_train:])}
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
+    return {
+        "x0_train": f32(x0[:n_train]),
+        "x1_train": f32(x1[:n_train]),
+        "x0_test": f32(x0[n_train:]),
+        "x1_test": f32(x1[n_train:]),
+    }
 
 
 def load_pairs(path: Path, test_fraction: float, seed: int) -> dict[str, np.ndarray]:

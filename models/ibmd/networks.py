@@ -29,7 +29,9 @@ class BridgeNet(nn.Module):
         super().__init__()
         self.dim, self.cond, self.noise_dim, self.time_dim = dim, cond, noise_dim, net.time_dim
         self.register_buffer("times", network_times(bridge))
-        self.register_buffer("std_fwd", BridgeSchedule.i2sb(bridge.steps, bridge.beta_max, bridge.beta_min).std_fwd.float())
+        self.register_buffer(
+            "std_fwd", BridgeSchedule.i2sb(bridge.steps, bridge.beta_max, bridge.beta_min).std_fwd.float()
+        )
         width = dim * (2 if cond else 1) + net.time_dim + noise_dim
         layers: list[nn.Module] = []
         for _ in range(net.layers):
@@ -41,8 +43,9 @@ class BridgeNet(nn.Module):
     def last_step(self) -> int:
         return len(self.times) - 1
 
-    def forward(self, x_t: torch.Tensor, step: torch.Tensor, x1: torch.Tensor | None = None,
-                z: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x_t: torch.Tensor, step: torch.Tensor, x1: torch.Tensor | None = None, z: torch.Tensor | None = None
+    ) -> torch.Tensor:
         parts = [x_t]
         if self.cond:
             if x1 is None:
@@ -53,8 +56,9 @@ class BridgeNet(nn.Module):
             parts.append(torch.randn(len(x_t), self.noise_dim, device=x_t.device) if z is None else z)
         return self.mlp(torch.cat(parts, dim=-1))
 
-    def pred_x0(self, x_t: torch.Tensor, step: torch.Tensor, x1: torch.Tensor | None = None,
-                z: torch.Tensor | None = None) -> torch.Tensor:
+    def pred_x0(
+        self, x_t: torch.Tensor, step: torch.Tensor, x1: torch.Tensor | None = None, z: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """x0_hat = x_t - sigma_fwd(step) eps_hat (I2SB ``compute_pred_x0``)."""
         return x_t - self.std_fwd[step][:, None] * self(x_t, step, x1, z)
 

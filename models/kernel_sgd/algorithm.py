@@ -14,9 +14,9 @@ in that orthonormal basis, so the excess risk ||f - f*||^2_{L^2} is an exact fin
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -279,8 +279,9 @@ def gram_from_moments(moments: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     im_diff, im_sum = torch.sign(diff) * moments.imag[diff.abs()], moments.imag[total]
     scale = torch.sqrt(lam[:, None] * lam[None, :])
     cos_sin = scale * (im_sum - im_diff)
-    return torch.cat([torch.cat([scale * (re_diff + re_sum), cos_sin], 1),
-                      torch.cat([cos_sin.T, scale * (re_diff - re_sum)], 1)], 0)
+    return torch.cat(
+        [torch.cat([scale * (re_diff + re_sum), cos_sin], 1), torch.cat([cos_sin.T, scale * (re_diff - re_sum)], 1)], 0
+    )
 
 
 def ridge_path(

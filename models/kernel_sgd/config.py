@@ -32,7 +32,7 @@ class DataConfig(StrictModel):
     test_points: int = Field(default=10_000, ge=100, le=100_000)  # fresh points for the Monte-Carlo risk check
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if self.log2_n_min >= self.log2_n_max:
             raise ValueError("log2_n_min must be below log2_n_max")
         if any(s <= 0 for s in self.sources) or len(set(self.sources)) != len(self.sources):
@@ -83,10 +83,12 @@ class Config(MethodConfig):
     device: Literal["cpu", "cuda", "auto"] = "cpu"
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         lo, hi = self.eta_log10_range
         if not lo <= hi < 0.0:
-            raise ValueError(f"eta_log10_range needs lo <= hi < 0 (stability eta0 ||phi||^2 < 1), got {self.eta_log10_range}")
+            raise ValueError(
+                f"eta_log10_range needs lo <= hi < 0 (stability eta0 ||phi||^2 < 1), got {self.eta_log10_range}"
+            )
         if self.ridge_log10_range[0] > self.ridge_log10_range[1]:
             raise ValueError("ridge_log10_range must be increasing")
         a, b = self.fit_log2_range

@@ -125,9 +125,12 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         t["tail_energy"] = alg.tail_energy(t["source"], d.harmonics, d.beta)
     np.savez(Path(data_dir) / DATA_FILE, **arrays)
     meta = {
-        **dataset_meta("synthetic", f"generated from seed {cfg.seed}: uniform theta on S^1, kernel eigenvalues "
-                       f"k^-{d.beta:g} truncated at K = {d.harmonics}, n up to 2^{d.log2_n_max}, "
-                       f"targets {[t['name'] for t in targets]}"),
+        **dataset_meta(
+            "synthetic",
+            f"generated from seed {cfg.seed}: uniform theta on S^1, kernel eigenvalues "
+            f"k^-{d.beta:g} truncated at K = {d.harmonics}, n up to 2^{d.log2_n_max}, "
+            f"targets {[t['name'] for t in targets]}",
+        ),
         "generator": "uniform theta on S^1, y = f*(theta) + noise * N(0, 1); kernel sum_k 2 k^-beta cos(k(a-b))",
         "synthetic": True,
         "seed": cfg.seed,
@@ -178,8 +181,17 @@ def _train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     y_b = tensor(np.stack([stream[f"y_{name}"][s, : ns[-1]] for name, s in pairs]))
     coef_b = tensor(np.stack([stream[f"coef_{name}"] for name, _ in pairs]))
     trace_steps = _trace_steps(ns[-1])
-    curves = alg.run_sgd(theta_b, y_b, coef_b, tensor(lam), tensor(eta_norm / norm_sq), ns, trace_steps,
-                         chunk=cfg.chunk, progress=show_progress())
+    curves = alg.run_sgd(
+        theta_b,
+        y_b,
+        coef_b,
+        tensor(lam),
+        tensor(eta_norm / norm_sq),
+        ns,
+        trace_steps,
+        chunk=cfg.chunk,
+        progress=show_progress(),
+    )
 
     # KRR: one eigendecomposition per (seed, n), shared by every target drawn from that seed's stream.
     krr_risk, krr_final = {}, {}
@@ -189,18 +201,28 @@ def _train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             tensor(stream["theta"][s, : ns[-1]]),
             tensor(np.stack([stream[f"y_{name}"][s, : ns[-1]] for name in names], axis=1)),
             tensor(np.stack([stream[f"coef_{name}"] for name in names])),
-            tensor(lam), tensor(ridges), ns, chunk=cfg.chunk,
+            tensor(lam),
+            tensor(ridges),
+            ns,
+            chunk=cfg.chunk,
         )
         for i, name in enumerate(names):
             krr_risk[name, s], krr_final[name, s] = risk[i], final[i]
 
-    tables: dict[str, np.ndarray] = {"n": np.asarray(ns), "eta_norm": eta_norm, "ridges": ridges,
-                                     "trace_steps": np.asarray(trace_steps)}
+    tables: dict[str, np.ndarray] = {
+        "n": np.asarray(ns),
+        "eta_norm": eta_norm,
+        "ridges": ridges,
+        "trace_steps": np.asarray(trace_steps),
+    }
     models: dict[str, np.ndarray] = {"eigenvalues": lam}
     history: dict[str, list[dict[str, float]]] = {}
-    summary: dict[str, float] = {"sgd_runs": float(len(pairs) * (len(ns) + 1) * len(eta_norm)),
-                                 "sgd_samples_processed": float(len(pairs) * ns[-1]),
-                                 "feature_norm_sq": norm_sq, "max_eta0_norm": float(eta_norm.max())}
+    summary: dict[str, float] = {
+        "sgd_runs": float(len(pairs) * (len(ns) + 1) * len(eta_norm)),
+        "sgd_samples_processed": float(len(pairs) * ns[-1]),
+        "feature_norm_sq": norm_sq,
+        "max_eta0_norm": float(eta_norm.max()),
+    }
     for t in targets:
         name = t["name"]
         rows = [i for i, p in enumerate(pairs) if p[0] == name]
@@ -209,8 +231,7 @@ def _train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             "avg_sgd": curves.avg_risk[rows].transpose(2, 1, 0),
             "krr": np.stack([krr_risk[name, s] for s in range(t["seeds"])], axis=-1),
         }
-        finals = {"exp_sgd": curves.exp_final[rows[0]], "avg_sgd": curves.avg_final[rows[0]],
-                  "krr": krr_final[name, 0]}
+        finals = {"exp_sgd": curves.exp_final[rows[0]], "avg_sgd": curves.avg_final[rows[0]], "krr": krr_final[name, 0]}
         grids = {"exp_sgd": eta_norm, "avg_sgd": eta_norm, "krr": ridges}
         for est in ESTIMATORS:
             tables[f"{name}__{est}"] = risk[est]
@@ -227,15 +248,17 @@ def _train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             tables[f"{name}__{est}__trace"] = trace[rows].mean(0)  # (trace step, eta)
             if name == CLAIM_TARGET:
                 tuned = tables[f"{name}__{est}__trace"][:, alg.oracle_tune(risk[est])[0][-1]]
-                history[f"trace_{VARIANT[est]}"] = [{"step": int(s), "excess_risk": float(r)}
-                                                    for s, r in zip(trace_steps, tuned)]
+                history[f"trace_{VARIANT[est]}"] = [
+                    {"step": int(s), "excess_risk": float(r)} for s, r in zip(trace_steps, tuned)
+                ]
     np.savez(Path(out_dir) / TABLE_FILE, **tables)
     np.savez(Path(out_dir) / MODEL_FILE, **models)
     return TrainedArtifacts(Path(out_dir), history=history, summary=summary)
 
 
-def load_model(cfg: Config, model_dir: Path, target: str = CLAIM_TARGET, estimator: str = "exp_sgd"
-               ) -> alg.SpectralEstimator:
+def load_model(
+    cfg: Config, model_dir: Path, target: str = CLAIM_TARGET, estimator: str = "exp_sgd"
+) -> alg.SpectralEstimator:
     """The registered model: the tuned step-decay SGD estimate at n_max (seed 0) on the claim target."""
     with np.load(Path(model_dir) / MODEL_FILE, allow_pickle=False) as z:
         return alg.SpectralEstimator(weights=z[f"{target}__{estimator}"], eigenvalues=z["eigenvalues"])
@@ -288,8 +311,17 @@ def _evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_di
             edges += [f"{name}/{est}/n={n}" for n, b in zip(ns, best) if b in (0, len(grids[est]) - 1)]
             for j, n in enumerate(ns):
                 for seed in range(risk.shape[-1]):
-                    rows.append([name, est, int(n), seed, f"{risk[best[j], j, seed]:.6e}",
-                                 "ridge" if est == "krr" else "eta0_norm", f"{grids[est][best[j]]:.4e}"])
+                    rows.append(
+                        [
+                            name,
+                            est,
+                            int(n),
+                            seed,
+                            f"{risk[best[j], j, seed]:.6e}",
+                            "ridge" if est == "krr" else "eta0_norm",
+                            f"{grids[est][best[j]]:.4e}",
+                        ]
+                    )
             # The saved model: closed form vs exact quadrature vs the table vs Monte Carlo on fresh points.
             model = load_model(cfg, artifacts.model_dir, name, est)
             closed = float(alg.excess_risk(model.weights, coef, lam))
@@ -300,7 +332,8 @@ def _evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_di
         values[f"data/{prefix}tail_energy"] = float(t["tail_energy"])
     top = curves[CLAIM_TARGET]
     values["method/risk_ratio_vs_best_baseline"] = top["exp_sgd"]["mean"][-1] / min(
-        top["avg_sgd"]["mean"][-1], top["krr"]["mean"][-1])
+        top["avg_sgd"]["mean"][-1], top["krr"]["mean"][-1]
+    )
     values["method/slope_minus_krr_slope"] = top["exp_sgd"]["slope"] - top["krr"]["slope"]
     values["method/tuned_eta0_norm_nmax"] = float(top["exp_sgd"]["tuned"][-1])
     values["check/quadrature_rel_err"] = quad_err
@@ -341,8 +374,16 @@ def _plot_learning_curves(cfg: Config, data: DatasetRef, ns, curves, path: Path)
     for ax, t in zip(axes[0], targets):
         for est in ESTIMATORS:
             c = curves[t["name"]][est]
-            ax.errorbar(ns, c["mean"], yerr=c["sem"], fmt="o", ms=4, color=COLOR[est], capsize=2,
-                        label=f"{LABEL[est]}: slope {c['slope']:.2f}")
+            ax.errorbar(
+                ns,
+                c["mean"],
+                yerr=c["sem"],
+                fmt="o",
+                ms=4,
+                color=COLOR[est],
+                capsize=2,
+                label=f"{LABEL[est]}: slope {c['slope']:.2f}",
+            )
             ax.plot(fit_n, np.exp(c["intercept"]) * fit_n ** c["slope"], "-", color=COLOR[est], lw=1.2)
         # Theory slopes, anchored at the exp-decay fit at the start of the window.
         anchor = np.exp(curves[t["name"]]["exp_sgd"]["intercept"]) * fit_n[0] ** curves[t["name"]]["exp_sgd"]["slope"]
@@ -353,7 +394,9 @@ def _plot_learning_curves(cfg: Config, data: DatasetRef, ns, curves, path: Path)
                 continue
             shown.add(r)
             kind = "minimax" if est == "exp_sgd" else "saturated (KRR, avg SGD)"
-            ax.plot(fit_n, anchor * (fit_n / fit_n[0]) ** r, style, color="grey", lw=1.5, label=f"theory {kind}: {r:.2f}")
+            ax.plot(
+                fit_n, anchor * (fit_n / fit_n[0]) ** r, style, color="grey", lw=1.5, label=f"theory {kind}: {r:.2f}"
+            )
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("n (samples = SGD steps)")
@@ -361,7 +404,7 @@ def _plot_learning_curves(cfg: Config, data: DatasetRef, ns, curves, path: Path)
         ax.set_title(_title(t), fontsize=9)
         ax.legend(fontsize=7)
         ax.grid(alpha=0.3, which="both")
-    fig.suptitle("Learning curves on S¹ (kernel eigenvalues k^-β, β = %g), oracle-tuned per n" % beta, fontsize=10)
+    fig.suptitle(f"Learning curves on S¹ (kernel eigenvalues k^-β, β = {beta:g}), oracle-tuned per n", fontsize=10)
     return plotting.save(fig, path)
 
 
@@ -413,8 +456,12 @@ def _plot_tuning(ns, curves, path: Path) -> Path:
 def _per_seed_risks(cfg: Config, values: dict[str, float], variant: str) -> np.ndarray:
     """(n, seed) tuned excess risks of the claim target, rebuilt from evaluate's per-seed keys."""
     d = cfg.data
-    return np.array([[values[f"{variant}/seed{seed}/excess_risk_n{2**j}"] for seed in range(d.top_seeds)]
-                     for j in range(d.log2_n_min, d.log2_n_max + 1)])
+    return np.array(
+        [
+            [values[f"{variant}/seed{seed}/excess_risk_n{2**j}"] for seed in range(d.top_seeds)]
+            for j in range(d.log2_n_min, d.log2_n_max + 1)
+        ]
+    )
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
@@ -431,7 +478,12 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         V.ratio_of_means_criterion(
             f"risk_ratio_vs_{est}",
             f"excess risk at n = {ns[-1]}: step-decay SGD / {LABEL[est]} (seed means)",
-            risks["exp_sgd"][-1], risks[est][-1], RISK_RATIO_MAX, "<=", units=units)
+            risks["exp_sgd"][-1],
+            risks[est][-1],
+            RISK_RATIO_MAX,
+            "<=",
+            units=units,
+        )
         for est in ("avg_sgd", "krr")
     ]
     fit = (ns >= lo) & (ns <= hi)
@@ -442,11 +494,18 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         krr_mean = np.array([a.mean() for a in per_n[n_fit:]])
         return alg.fit_slope(ns[fit], exp_mean, lo, hi)[0] - alg.fit_slope(ns[fit], krr_mean, lo, hi)[0]
 
-    criteria.append(V.bootstrap_criterion(
-        "slope_gap_vs_krr",
-        f"log-log slope over n in [2^{cfg.fit_log2_range[0]}, 2^{cfg.fit_log2_range[1]}] of the seed-mean curve: "
-        "step-decay SGD minus KRR",
-        slope_gap, [*risks["exp_sgd"][fit], *risks["krr"][fit]], -SLOPE_MARGIN, "<=", units=units))
+    criteria.append(
+        V.bootstrap_criterion(
+            "slope_gap_vs_krr",
+            f"log-log slope over n in [2^{cfg.fit_log2_range[0]}, 2^{cfg.fit_log2_range[1]}] of the seed-mean curve: "
+            "step-decay SGD minus KRR",
+            slope_gap,
+            [*risks["exp_sgd"][fit], *risks["krr"][fit]],
+            -SLOPE_MARGIN,
+            "<=",
+            units=units,
+        )
+    )
     figures = {
         "risk_ratio_exp_vs_best_baseline": v["method/risk_ratio_vs_best_baseline"],
         "slope_exp_minus_slope_krr": v["method/slope_minus_krr_slope"],
@@ -469,8 +528,12 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         figures[f"s1_slope_{short}"] = v[f"{est}/s1_slope"]
     figures["s1_theory_slope"] = v["theory/s1_slope_exp_sgd"]
     if cfg.scale == Scale.default:  # slopes at smoke scale (3 points, 1 seed) mean nothing
-        sanity["s1_slopes_within_0.1_of_theory"] = bool(all(
-            abs(figures[f"s1_slope_{s}"] - figures["s1_theory_slope"]) <= SANITY_SLOPE_TOL for s in ("exp", "avg", "krr")))
+        sanity["s1_slopes_within_0.1_of_theory"] = bool(
+            all(
+                abs(figures[f"s1_slope_{s}"] - figures["s1_theory_slope"]) <= SANITY_SLOPE_TOL
+                for s in ("exp", "avg", "krr")
+            )
+        )
     for name in (f"s{s:g}" for s in cfg.data.sources if s != 1.0):  # reported, not judged
         for est, short in (("method", "exp"), ("baseline", "avg"), ("baseline_krr", "krr")):
             figures[f"{name}_slope_{short}"] = v[f"{est}/{name}_slope"]

@@ -109,7 +109,7 @@ class Config(MethodConfig):
     clip_word_ids: tuple[Annotated[int, Field(ge=0, le=1_000_000)], ...] = ()  # CLIP vocab: 49408
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         if self.data.image_size % self.data.encoder.patch:
             raise ValueError("data.image_size must be a multiple of data.encoder.patch")
         if self.data.encoder.width % self.data.encoder.head_width:

@@ -69,7 +69,10 @@ def sample_task_pairs(rng: np.random.Generator, n: int, split: str, heldout: boo
                 break
         pairs[i, 0] = target
         for k in range(1, N_OBJECTS):
-            pairs[i, k] = [rng.choice([c for c in range(4) if c != target[0]]), rng.choice([s for s in range(4) if s != target[1]])]
+            pairs[i, k] = [
+                rng.choice([c for c in range(4) if c != target[0]]),
+                rng.choice([s for s in range(4) if s != target[1]]),
+            ]
     return pairs
 
 
@@ -112,7 +115,9 @@ def step(agent: np.ndarray, action: np.ndarray, step_size: float) -> np.ndarray:
     return np.clip(agent + step_size * np.clip(action, -1, 1), 0.0, 1.0)
 
 
-def make_scenes(rng: np.random.Generator, n: int, size: int, grid: int, split: str, heldout: bool | None) -> dict[str, np.ndarray]:
+def make_scenes(
+    rng: np.random.Generator, n: int, size: int, grid: int, split: str, heldout: bool | None
+) -> dict[str, np.ndarray]:
     """Scenes with a target (object 0), 2 distractors and a random agent start."""
     cells = sample_layouts(rng, n, grid)
     pairs = sample_task_pairs(rng, n, split, heldout)

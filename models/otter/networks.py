@@ -28,7 +28,9 @@ class ResidualAttentionBlock(nn.Module):
         super().__init__()
         self.attn = nn.MultiheadAttention(width, heads, batch_first=True)
         self.ln_1 = nn.LayerNorm(width)
-        self.mlp = nn.Sequential(OrderedDict(c_fc=nn.Linear(width, 4 * width), gelu=QuickGELU(), c_proj=nn.Linear(4 * width, width)))
+        self.mlp = nn.Sequential(
+            OrderedDict(c_fc=nn.Linear(width, 4 * width), gelu=QuickGELU(), c_proj=nn.Linear(4 * width, width))
+        )
         self.ln_2 = nn.LayerNorm(width)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, attn_only: bool = False) -> torch.Tensor:
@@ -52,11 +54,15 @@ class Transformer(nn.Module):
 
 
 class VisionTransformer(nn.Module):
-    def __init__(self, image_size: int, patch: int, width: int, layers: int, heads: int, embed_dim: int, stem_channels: int) -> None:
+    def __init__(
+        self, image_size: int, patch: int, width: int, layers: int, heads: int, embed_dim: int, stem_channels: int
+    ) -> None:
         super().__init__()
         self.image_size, self.grid = image_size, image_size // patch
         # The tiny encoder's 3x3 conv stem (absent in CLIP) makes 4 x 4 patches see colour *and* shape.
-        self.stem = nn.Sequential(nn.Conv2d(3, stem_channels, 3, padding=1), nn.GELU()) if stem_channels else nn.Identity()
+        self.stem = (
+            nn.Sequential(nn.Conv2d(3, stem_channels, 3, padding=1), nn.GELU()) if stem_channels else nn.Identity()
+        )
         self.conv1 = nn.Conv2d(stem_channels or 3, width, patch, stride=patch, bias=False)
         scale = width**-0.5
         self.class_embedding = nn.Parameter(scale * torch.randn(width))
@@ -77,8 +83,22 @@ class VisionTransformer(nn.Module):
 class CLIPEncoder(nn.Module):
     """The interface OTTER needs from a vision-language model: unit-norm patch and word features."""
 
-    def __init__(self, image_size=32, patch=4, width=64, layers=1, heads=4, embed_dim=32, stem_channels=32,
-                 vocab=8, context=2, text_width=None, text_layers=None, text_heads=None, clearclip=False) -> None:
+    def __init__(
+        self,
+        image_size=32,
+        patch=4,
+        width=64,
+        layers=1,
+        heads=4,
+        embed_dim=32,
+        stem_channels=32,
+        vocab=8,
+        context=2,
+        text_width=None,
+        text_layers=None,
+        text_heads=None,
+        clearclip=False,
+    ) -> None:
         super().__init__()
         self.clearclip = clearclip
         self.visual = VisionTransformer(image_size, patch, width, layers, heads, embed_dim, stem_channels)
@@ -116,6 +136,7 @@ class CLIPEncoder(nn.Module):
 
 def encoder_kwargs(state_dict: dict[str, torch.Tensor], head_width: int = 64) -> dict:
     """Hyperparameters of a CLIP-layout state dict (heads = width / head_width, OpenAI's convention)."""
+
     def count(prefix: str) -> int:
         return len({m.group(1) for k in state_dict if (m := re.match(prefix + r"(\d+)\.", k))})
 
@@ -124,15 +145,24 @@ def encoder_kwargs(state_dict: dict[str, torch.Tensor], head_width: int = 64) ->
     grid = round(math.sqrt(state_dict["visual.positional_embedding"].shape[0] - 1))
     text_width = state_dict["ln_final.weight"].shape[0]
     return dict(
-        image_size=grid * patch, patch=patch, width=width, layers=count(r"visual\.transformer\.resblocks\."),
-        heads=width // head_width, embed_dim=state_dict["visual.proj"].shape[1],
+        image_size=grid * patch,
+        patch=patch,
+        width=width,
+        layers=count(r"visual\.transformer\.resblocks\."),
+        heads=width // head_width,
+        embed_dim=state_dict["visual.proj"].shape[1],
         stem_channels=state_dict["visual.stem.0.weight"].shape[0] if "visual.stem.0.weight" in state_dict else 0,
-        vocab=state_dict["token_embedding.weight"].shape[0], context=state_dict["positional_embedding"].shape[0],
-        text_width=text_width, text_layers=count(r"transformer\.resblocks\."), text_heads=text_width // head_width,
+        vocab=state_dict["token_embedding.weight"].shape[0],
+        context=state_dict["positional_embedding"].shape[0],
+        text_width=text_width,
+        text_layers=count(r"transformer\.resblocks\."),
+        text_heads=text_width // head_width,
     )
 
 
-def load_clip_weights(path: Path, head_width: int = 64, word_ids: tuple[int, ...] = (), clearclip: bool = True) -> CLIPEncoder:
+def load_clip_weights(
+    path: Path, head_width: int = 64, word_ids: tuple[int, ...] = (), clearclip: bool = True
+) -> CLIPEncoder:
     """An OpenAI-layout CLIP ViT state dict (``.pt``, e.g. ``clip.load(...)[0].state_dict()``) as a CLIPEncoder.
 
     Extra keys of the full checkpoint (``input_resolution``, ``context_length``, ``vocab_size``) are
@@ -178,8 +208,19 @@ def _encoder_features(encoder: CLIPEncoder, frozen: bool, images, tokens):
 class OtterPolicy(nn.Module):
     """Frozen (or fine-tuned) encoder -> text-aware visual tokens -> policy transformer -> action."""
 
-    def __init__(self, encoder: CLIPEncoder, frozen: bool, tau: float, learn_tau: bool, tau_min: float,
-                 d_model: int, layers: int, hidden: int, n_words: int = 2, action_dim: int = 2) -> None:
+    def __init__(
+        self,
+        encoder: CLIPEncoder,
+        frozen: bool,
+        tau: float,
+        learn_tau: bool,
+        tau_min: float,
+        d_model: int,
+        layers: int,
+        hidden: int,
+        n_words: int = 2,
+        action_dim: int = 2,
+    ) -> None:
         super().__init__()
         self.encoder, self.frozen, self.tau_min = encoder, frozen, tau_min
         if frozen:
@@ -191,9 +232,17 @@ class OtterPolicy(nn.Module):
         self.word_in = nn.Linear(dim, d_model)
         self.proprio_in = nn.Linear(2, d_model)
         self.slot = nn.Parameter(0.02 * torch.randn(2 * n_words + 1, d_model))  # which token is which
-        layer = nn.TransformerEncoderLayer(d_model, 4 if d_model % 4 == 0 else 1, 2 * d_model, 0.0, batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d_model, 4 if d_model % 4 == 0 else 1, 2 * d_model, 0.0, batch_first=True, norm_first=True
+        )
         self.policy = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False) if layers else nn.Identity()
-        self.head = nn.Sequential(nn.Linear((2 * n_words + 1) * d_model, hidden), nn.GELU(), nn.Linear(hidden, hidden), nn.GELU(), nn.Linear(hidden, action_dim))
+        self.head = nn.Sequential(
+            nn.Linear((2 * n_words + 1) * d_model, hidden),
+            nn.GELU(),
+            nn.Linear(hidden, hidden),
+            nn.GELU(),
+            nn.Linear(hidden, action_dim),
+        )
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -224,7 +273,9 @@ class AllTokensPolicy(nn.Module):
     """The 'independent features' head OTTER argues against: all patch tokens (+PE), the words and
     proprio through a transformer; a CLS token reads out the action."""
 
-    def __init__(self, encoder: CLIPEncoder, frozen: bool, d_model: int, layers: int, hidden: int, action_dim: int = 2) -> None:
+    def __init__(
+        self, encoder: CLIPEncoder, frozen: bool, d_model: int, layers: int, hidden: int, action_dim: int = 2
+    ) -> None:
         super().__init__()
         self.encoder, self.frozen = encoder, frozen
         if frozen:
@@ -236,9 +287,13 @@ class AllTokensPolicy(nn.Module):
         self.proprio_in = nn.Linear(2, d_model)
         self.cls = nn.Parameter(0.02 * torch.randn(1, 1, d_model))
         self.token_type = nn.Parameter(0.02 * torch.randn(3, d_model))
-        layer = nn.TransformerEncoderLayer(d_model, 4 if d_model % 4 == 0 else 1, 2 * d_model, 0.0, batch_first=True, norm_first=True)
+        layer = nn.TransformerEncoderLayer(
+            d_model, 4 if d_model % 4 == 0 else 1, 2 * d_model, 0.0, batch_first=True, norm_first=True
+        )
         self.policy = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
-        self.head = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, action_dim))
+        self.head = nn.Sequential(
+            nn.LayerNorm(d_model), nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, action_dim)
+        )
 
     def train(self, mode: bool = True):
         super().train(mode)
@@ -250,12 +305,15 @@ class AllTokensPolicy(nn.Module):
         return self.act(*_encoder_features(self.encoder, self.frozen, images, tokens), proprio)
 
     def act(self, patches: torch.Tensor, words: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
-        x = torch.cat([
-            self.cls.expand(len(patches), -1, -1),
-            self.visual_in(patches + self.pos) + self.token_type[0],
-            self.word_in(words) + self.token_type[1],
-            self.proprio_in(proprio)[:, None] + self.token_type[2],
-        ], 1)
+        x = torch.cat(
+            [
+                self.cls.expand(len(patches), -1, -1),
+                self.visual_in(patches + self.pos) + self.token_type[0],
+                self.word_in(words) + self.token_type[1],
+                self.proprio_in(proprio)[:, None] + self.token_type[2],
+            ],
+            1,
+        )
         return self.head(self.policy(x)[:, 0])
 
 

@@ -62,7 +62,16 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
+from models.base import (
+    ClaimResult,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
+)
 from models.common import plotting
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
@@ -85,9 +94,17 @@ ARMS = ("method", "finetuned", "baseline")
 
 def build_encoder(cfg: Config) -> CLIPEncoder:
     e = cfg.data.encoder
-    return CLIPEncoder(image_size=cfg.data.image_size, patch=e.patch, width=e.width, layers=e.layers,
-                       heads=e.width // e.head_width, embed_dim=e.embed_dim, stem_channels=e.stem_channels,
-                       vocab=len(tabletop.WORDS), context=2)
+    return CLIPEncoder(
+        image_size=cfg.data.image_size,
+        patch=e.patch,
+        width=e.width,
+        layers=e.layers,
+        heads=e.width // e.head_width,
+        embed_dim=e.embed_dim,
+        stem_channels=e.stem_channels,
+        vocab=len(tabletop.WORDS),
+        context=2,
+    )
 
 
 class ContrastivePretraining(L.LightningModule):
@@ -104,8 +121,12 @@ class ContrastivePretraining(L.LightningModule):
         words = self.encoder.encode_words(self.captions)
         loss, region, word = grounded_contrastive_loss(patches, words, patch, pairs, self.cfg.tau)
         train = stage == "train"
-        self.log_dict({f"{stage}/loss": loss, f"{stage}/region_loss": region, f"{stage}/word_loss": word},
-                      on_step=train, on_epoch=not train, batch_size=len(images))
+        self.log_dict(
+            {f"{stage}/loss": loss, f"{stage}/region_loss": region, f"{stage}/word_loss": word},
+            on_step=train,
+            on_epoch=not train,
+            batch_size=len(images),
+        )
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -119,10 +140,21 @@ def pretrain_encoder(cfg: Config, scenes: dict[str, np.ndarray]) -> tuple[CLIPEn
     torch.manual_seed(cfg.seed)
     encoder = build_encoder(cfg)
     p = cfg.data.pretrain
-    dataset = TensorDataset(torch.from_numpy(scenes["images"]), torch.from_numpy(scenes["patch"]), torch.from_numpy(scenes["pairs"]))
-    loader = DataLoader(dataset, p.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed))
-    records = fit(ContrastivePretraining(encoder, cfg), loader, max_epochs=math.ceil(p.steps / len(loader)), max_steps=p.steps,
-                  seed=cfg.seed, variant="pretrain", log_every_n_steps=max(1, p.steps // 30))
+    dataset = TensorDataset(
+        torch.from_numpy(scenes["images"]), torch.from_numpy(scenes["patch"]), torch.from_numpy(scenes["pairs"])
+    )
+    loader = DataLoader(
+        dataset, p.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed)
+    )
+    records = fit(
+        ContrastivePretraining(encoder, cfg),
+        loader,
+        max_epochs=math.ceil(p.steps / len(loader)),
+        max_steps=p.steps,
+        seed=cfg.seed,
+        variant="pretrain",
+        log_every_n_steps=max(1, p.steps // 30),
+    )
     return encoder.eval(), records
 
 
@@ -134,8 +166,10 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     pretraining = tabletop.make_pretraining(rng, d.n_pretrain, d.image_size, grid)
     demo_scenes = tabletop.make_scenes(rng, d.n_demos, d.image_size, grid, d.split, heldout=False)
     demos = tabletop.make_demos(demo_scenes, d.demo_steps, d.step_size, grid)
-    episodes = {split: tabletop.make_scenes(rng, d.n_eval, d.image_size, grid, d.split, heldout=split == "heldout")
-                for split in ("seen", "heldout")}
+    episodes = {
+        split: tabletop.make_scenes(rng, d.n_eval, d.image_size, grid, d.split, heldout=split == "heldout")
+        for split in ("seen", "heldout")
+    }
     np.savez_compressed(data_dir / "pretrain.npz", **pretraining)
     np.savez_compressed(data_dir / "demos.npz", **demos)
     for split, scenes in episodes.items():
@@ -143,17 +177,26 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     encoder, records = pretrain_encoder(cfg, pretraining)
     torch.save(encoder.state_dict(), data_dir / "encoder.pt")
     (data_dir / "pretrain_history.json").write_text(json.dumps(records))
-    provenance = (f"models.otter.data synthetic tabletop ({d.image_size} px, 4 colours x 4 shapes, split '{d.split}', "
-                  f"seed {cfg.seed}) + grounded contrastive pretraining of the tiny CLIP-layout encoder "
-                  f"({d.pretrain.steps} steps)")
+    provenance = (
+        f"models.otter.data synthetic tabletop ({d.image_size} px, 4 colours x 4 shapes, split '{d.split}', "
+        f"seed {cfg.seed}) + grounded contrastive pretraining of the tiny CLIP-layout encoder "
+        f"({d.pretrain.steps} steps)"
+    )
     if cfg.clip_weights:
         provenance += f"; the policies use CLIP weights from data/{cfg.clip_weights}"
-    return write_manifest(data_dir, meta={
-        **dataset_meta("synthetic", provenance),
-        "generator": "models.otter.data (synthetic tabletop) + grounded contrastive pretraining",
-        "synthetic": True, "split": d.split, "n_pretrain": d.n_pretrain, "n_demo_pairs": len(demos["actions"]),
-        "n_eval_per_split": d.n_eval, "pretrain_final_loss": records[-1].get("train/loss", float("nan")) if records else float("nan"),
-    })
+    return write_manifest(
+        data_dir,
+        meta={
+            **dataset_meta("synthetic", provenance),
+            "generator": "models.otter.data (synthetic tabletop) + grounded contrastive pretraining",
+            "synthetic": True,
+            "split": d.split,
+            "n_pretrain": d.n_pretrain,
+            "n_demo_pairs": len(demos["actions"]),
+            "n_eval_per_split": d.n_eval,
+            "pretrain_final_loss": records[-1].get("train/loss", float("nan")) if records else float("nan"),
+        },
+    )
 
 
 def load_npz(data: DatasetRef, name: str) -> dict[str, np.ndarray]:
@@ -178,8 +221,16 @@ def build_policy(cfg: Config, arm: str, encoder: CLIPEncoder) -> torch.nn.Module
         b = cfg.baseline
         return AllTokensPolicy(encoder, frozen=True, d_model=b.d_model, layers=b.layers, hidden=b.hidden)
     p = cfg.policy
-    return OtterPolicy(encoder, frozen=arm == "method", tau=p.tau, learn_tau=p.learn_tau, tau_min=p.tau_min,
-                       d_model=p.d_model, layers=p.layers, hidden=p.hidden)
+    return OtterPolicy(
+        encoder,
+        frozen=arm == "method",
+        tau=p.tau,
+        learn_tau=p.learn_tau,
+        tau_min=p.tau_min,
+        d_model=p.d_model,
+        layers=p.layers,
+        hidden=p.hidden,
+    )
 
 
 class BehaviourCloning(L.LightningModule):
@@ -214,8 +265,11 @@ class BehaviourCloning(L.LightningModule):
         for params, lr in ((head, self.cfg.lr), (encoder, self.cfg.encoder_lr)):
             # OTTER's add_weight_decay: no decay on norms, biases and scalars (log_tau), i.e. tensors below 2-D
             decay, no_decay = [p for p in params if p.ndim >= 2], [p for p in params if p.ndim < 2]
-            groups += [{"params": ps, "lr": lr, "weight_decay": wd}
-                       for ps, wd in ((decay, self.cfg.weight_decay), (no_decay, 0.0)) if ps]
+            groups += [
+                {"params": ps, "lr": lr, "weight_decay": wd}
+                for ps, wd in ((decay, self.cfg.weight_decay), (no_decay, 0.0))
+                if ps
+            ]
         return torch.optim.AdamW(groups)
 
 
@@ -234,7 +288,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     demos = load_npz(data, "demos.npz")
     images, tokens, proprio, actions = (torch.from_numpy(demos[k]) for k in ("images", "tokens", "proprio", "actions"))
     frozen_features = encoder_features(load_encoder(cfg, data), images, tokens)  # the frozen arms never change them
-    history: dict[str, list[dict[str, float]]] = {"pretrain": json.loads(data.file("pretrain_history.json").read_text())}
+    history: dict[str, list[dict[str, float]]] = {
+        "pretrain": json.loads(data.file("pretrain_history.json").read_text())
+    }
     summary: dict[str, float] = {}
     steps = cfg.bc.steps
     for k in range(cfg.n_seeds):
@@ -242,11 +298,25 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         for arm in ARMS:
             torch.manual_seed(seed)  # same head init streams and the same batches for every arm
             policy = build_policy(cfg, arm, load_encoder(cfg, data))
-            dataset = TensorDataset(*frozen_features, proprio, actions) if policy.frozen else TensorDataset(images, tokens, proprio, actions)
-            loader = DataLoader(dataset, cfg.bc.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed))
+            dataset = (
+                TensorDataset(*frozen_features, proprio, actions)
+                if policy.frozen
+                else TensorDataset(images, tokens, proprio, actions)
+            )
+            loader = DataLoader(
+                dataset, cfg.bc.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed)
+            )
             name = arm if k == 0 else f"{arm}_seed{k}"
-            records = fit(BehaviourCloning(policy, cfg), loader, max_epochs=math.ceil(steps / len(loader)), max_steps=steps,
-                          seed=seed, variant=name, gradient_clip_val=cfg.bc.grad_clip, log_every_n_steps=max(1, steps // 30))
+            records = fit(
+                BehaviourCloning(policy, cfg),
+                loader,
+                max_epochs=math.ceil(steps / len(loader)),
+                max_steps=steps,
+                seed=seed,
+                variant=name,
+                gradient_clip_val=cfg.bc.grad_clip,
+                log_every_n_steps=max(1, steps // 30),
+            )
             torch.save(policy.state_dict(), weights_file(out_dir, arm, k))
             history[name] = records
             l1 = [r["train/l1"] for r in records if "train/l1" in r]
@@ -254,8 +324,14 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     return TrainedArtifacts(out_dir, history, summary)
 
 
-def load_policy(cfg: Config, model_dir: Path, arm: str, seed_index: int = 0, data: DatasetRef | None = None) -> torch.nn.Module:
-    encoder = build_encoder(cfg) if not cfg.clip_weights else load_clip_weights(user_data_path(cfg.clip_weights), cfg.clip_head_width, cfg.clip_word_ids)
+def load_policy(
+    cfg: Config, model_dir: Path, arm: str, seed_index: int = 0, data: DatasetRef | None = None
+) -> torch.nn.Module:
+    encoder = (
+        build_encoder(cfg)
+        if not cfg.clip_weights
+        else load_clip_weights(user_data_path(cfg.clip_weights), cfg.clip_head_width, cfg.clip_word_ids)
+    )
     policy = build_policy(cfg, arm, encoder)
     policy.load_state_dict(torch.load(weights_file(model_dir, arm, seed_index), weights_only=True))
     return policy.eval()
@@ -310,7 +386,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     values: dict[str, float] = {}
     for split, scenes in episodes.items():
         values[f"probe/localisation_{split}"] = probe_localisation(encoder, scenes, grid)
-        values[f"expert/success_{split}"] = float(rollout(cfg, None, scenes, act=lambda a, t: tabletop.expert_action(a, t, d.step_size)).mean())
+        values[f"expert/success_{split}"] = float(
+            rollout(cfg, None, scenes, act=lambda a, t: tabletop.expert_action(a, t, d.step_size)).mean()
+        )
     values["check/heldout_bc_targets"] = float(tabletop.is_heldout(demos["target_pair"], d.split).sum())
     reference = encoder.state_dict()
     per_arm: dict[str, dict[str, list[float]]] = {arm: {"seen": [], "heldout": []} for arm in ARMS}
@@ -332,9 +410,11 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
                 values[f"{arm}/seed{k}/success_{split}"] = rate
         name = arm
         values[f"{arm}/final_l1"] = float(artifacts.summary.get(f"{name}/final_l1", float("nan")))
-    figures = [plot_success(values, out_dir / "plots" / "success.png"),
-               plot_attention(policies["method"], episodes, out_dir / "plots" / "attention.png"),
-               plot_curves(artifacts.history, out_dir / "plots" / "learning_curves.png")]
+    figures = [
+        plot_success(values, out_dir / "plots" / "success.png"),
+        plot_attention(policies["method"], episodes, out_dir / "plots" / "attention.png"),
+        plot_curves(artifacts.history, out_dir / "plots" / "learning_curves.png"),
+    ]
     return Metrics(values, figures)
 
 
@@ -399,9 +479,20 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     a_held, a_seen = v["method/success_heldout"], v["method/success_seen"]
     b_held, c_held = v["finetuned/success_heldout"], v["baseline/success_heldout"]
-    figures = {k: v[k] for k in (
-        "method/success_seen", "method/success_heldout", "finetuned/success_seen", "finetuned/success_heldout",
-        "baseline/success_seen", "baseline/success_heldout", "probe/localisation_seen", "probe/localisation_heldout", "method/tau")}
+    figures = {
+        k: v[k]
+        for k in (
+            "method/success_seen",
+            "method/success_heldout",
+            "finetuned/success_seen",
+            "finetuned/success_heldout",
+            "baseline/success_seen",
+            "baseline/success_heldout",
+            "probe/localisation_seen",
+            "probe/localisation_heldout",
+            "method/tau",
+        )
+    }
     figures["method_minus_finetuned_heldout"] = a_held - b_held
     figures["method_minus_baseline_heldout"] = a_held - c_held
     sanity = {
@@ -420,19 +511,43 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     tol = 1e-9  # success rates are counts / n: 0.6 >= 0.4 + 0.2 must hold despite float round-off
     units = f"paired BC seeds ({cfg.data.n_eval} held-out episodes each)"
     criteria = [
-        V.mean_criterion("heldout_success", "OTTER (frozen encoder) held-out-target success",
-                         per_seed("method"), 0.5 - tol, ">=", units=units),
-        V.difference_criterion("vs_finetuned_heldout", "OTTER minus fine-tuned-encoder OTTER, held-out-target success",
-                               per_seed("method"), per_seed("finetuned"), 0.2 - tol, ">=", units=units),
-        V.difference_criterion("vs_all_tokens_heldout", "OTTER minus the all-tokens frozen head, held-out-target success",
-                               per_seed("method"), per_seed("baseline"), 0.3 - tol, ">=", units=units),
+        V.mean_criterion(
+            "heldout_success",
+            "OTTER (frozen encoder) held-out-target success",
+            per_seed("method"),
+            0.5 - tol,
+            ">=",
+            units=units,
+        ),
+        V.difference_criterion(
+            "vs_finetuned_heldout",
+            "OTTER minus fine-tuned-encoder OTTER, held-out-target success",
+            per_seed("method"),
+            per_seed("finetuned"),
+            0.2 - tol,
+            ">=",
+            units=units,
+        ),
+        V.difference_criterion(
+            "vs_all_tokens_heldout",
+            "OTTER minus the all-tokens frozen head, held-out-target success",
+            per_seed("method"),
+            per_seed("baseline"),
+            0.3 - tol,
+            ">=",
+            units=units,
+        ),
     ]
     return ClaimResult(
-        statement=("Held-out-target success of OTTER on the frozen encoder >= 0.5, >= the fine-tuned-encoder "
-                   "OTTER + 0.2 and >= the all-tokens frozen head + 0.3 "
-                   f"({cfg.n_seeds} seed(s), {cfg.data.n_eval} episodes per split, split '{cfg.data.split}')"),
-        criteria=criteria, sanity=sanity, figures=figures,
+        statement=(
+            "Held-out-target success of OTTER on the frozen encoder >= 0.5, >= the fine-tuned-encoder "
+            "OTTER + 0.2 and >= the all-tokens frozen head + 0.3 "
+            f"({cfg.n_seeds} seed(s), {cfg.data.n_eval} episodes per split, split '{cfg.data.split}')"
+        ),
+        criteria=criteria,
+        sanity=sanity,
+        figures=figures,
         notes=f"OTTER seen {a_seen:.2f} / held-out {a_held:.2f}; fine-tuned {v['finetuned/success_seen']:.2f} / {b_held:.2f}; "
-              f"all-tokens {v['baseline/success_seen']:.2f} / {c_held:.2f} (means over {cfg.n_seeds} seed(s)); "
-              "intervals are over the seeds, not the episodes (seed-to-seed spread dominates the episode noise)",
+        f"all-tokens {v['baseline/success_seen']:.2f} / {c_held:.2f} (means over {cfg.n_seeds} seed(s)); "
+        "intervals are over the seeds, not the episodes (seed-to-seed spread dominates the episode noise)",
     )

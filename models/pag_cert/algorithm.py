@@ -74,7 +74,7 @@ class Certificate:
     kappa_max: float  # -inf when no kappa is certified
 
     @classmethod
-    def fit(cls, conf: np.ndarray, rob: np.ndarray, p_min: float, delta: float) -> "Certificate":
+    def fit(cls, conf: np.ndarray, rob: np.ndarray, p_min: float, delta: float) -> Certificate:
         conf, rob = np.asarray(conf, dtype=np.float64), np.asarray(rob, dtype=np.float64)
         by_conf = np.argsort(-conf, kind="stable")
         by_rob = np.argsort(rob, kind="stable")
@@ -115,7 +115,7 @@ class HeldOut:
     n_at_or_above: np.ndarray  # #{conf >= conf[i]} for every i (ties included)
 
     @classmethod
-    def of(cls, conf: np.ndarray, rob: np.ndarray) -> "HeldOut":
+    def of(cls, conf: np.ndarray, rob: np.ndarray) -> HeldOut:
         order = np.argsort(np.asarray(conf, dtype=np.float64), kind="stable")
         conf, rob = np.asarray(conf, dtype=np.float64)[order], np.asarray(rob, dtype=np.float64)[order]
         n_at_or_above = len(conf) - np.searchsorted(conf, conf, side="left")
@@ -170,7 +170,9 @@ def counterexamples(cert: Certificate, held_out: HeldOut) -> int:
 def affine_layers(net: nn.Module) -> list[nn.Linear]:
     """The Linear layers of a Linear-ReLU-...-Linear stack (what the exact and interval oracles accept)."""
     layers = [m for m in net.modules() if isinstance(m, nn.Linear)]
-    others = [m for m in net.modules() if not isinstance(m, (nn.Linear, nn.ReLU, nn.Sequential, nn.Flatten)) and m is not net]
+    others = [
+        m for m in net.modules() if not isinstance(m, (nn.Linear, nn.ReLU, nn.Sequential, nn.Flatten)) and m is not net
+    ]
     if others:
         raise TypeError(f"oracle supports Linear/ReLU stacks only, found {type(others[0]).__name__}")
     return layers
@@ -198,7 +200,9 @@ def linear_radius(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor) -> 
 
 
 @torch.no_grad()
-def radius_violations(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, rob: torch.Tensor, rtol: float = 1e-6) -> int:
+def radius_violations(
+    weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor, rob: torch.Tensor, rtol: float = 1e-6
+) -> int:
     """How many points contradict ``rob`` being the exact l_inf radius of a linear classifier.
 
     Against class j the worst point of the ball is the vertex -r sign(w_c - w_j); so rob is exact iff no
@@ -246,7 +250,9 @@ def pgd_radius(net: nn.Module, x: torch.Tensor, eps: float, alpha: float, steps:
 
 
 @torch.no_grad()
-def interval_margin(layers: list[nn.Linear], x: torch.Tensor, radius: torch.Tensor, label: torch.Tensor) -> torch.Tensor:
+def interval_margin(
+    layers: list[nn.Linear], x: torch.Tensor, radius: torch.Tensor, label: torch.Tensor
+) -> torch.Tensor:
     """IBP lower bound of min_{j != c} logit_c - logit_j over the l_inf ball of ``radius`` around x.
 
     Hidden layers propagate centre/radius boxes; the last layer is folded into the logit differences

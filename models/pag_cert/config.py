@@ -22,7 +22,7 @@ class DataConfig(StrictModel):
     pool_frac: float = Field(0.25, gt=0, lt=1)  # the "validation" split the sampler resamples; the rest is test
 
     @model_validator(mode="after")
-    def _leaves_a_test_split(self) -> "DataConfig":
+    def _leaves_a_test_split(self) -> DataConfig:
         if self.train_frac + self.pool_frac >= 1:
             raise ValueError("train_frac + pool_frac must leave a test split (< 1)")
         if self.source == "mnist" and not self.mnist_dir:
@@ -55,7 +55,9 @@ class SamplingConfig(StrictModel):
 
     noise_std: float = Field(1 / 32, ge=0, le=10)  # SAMPLING_GN_STD of the official code
     repetitions: int = Field(20, ge=1, le=500)  # independent certification samples (sampling seeds)
-    test_resamples: int = Field(400_000, ge=100, le=50_000_000)  # held-out resample of the test split (the paper's check)
+    test_resamples: int = Field(
+        400_000, ge=100, le=50_000_000
+    )  # held-out resample of the test split (the paper's check)
     pool_resamples: int = Field(100_000, ge=100, le=50_000_000)  # fresh held-out resample of the pool split: D itself
     chunk: int = Field(32_768, ge=64, le=500_000)  # points per oracle batch
 

@@ -30,7 +30,12 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def _find(folder: Path, stem: str) -> Path | None:
-    for candidate in (folder / stem, folder / f"{stem}.gz", folder / "MNIST" / "raw" / stem, folder / "MNIST" / "raw" / f"{stem}.gz"):
+    for candidate in (
+        folder / stem,
+        folder / f"{stem}.gz",
+        folder / "MNIST" / "raw" / stem,
+        folder / "MNIST" / "raw" / f"{stem}.gz",
+    ):
         if candidate.is_file():
             return candidate
     return None

@@ -61,7 +61,17 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
+from models.base import (
+    ClaimResult,
+    Criterion,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
+)
 from models.common import plotting
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads, show_progress
@@ -91,14 +101,23 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     # Both sources are a benchmark's own images; ``dataset`` keeps the config's name for which one.
     return write_manifest(
         data_dir,
-        meta={"dataset": cfg.data.source, "side": int(x.shape[1]), "classes": int(y.max() + 1), "synthetic": False,
-              **sizes, **dataset_meta("real", provenance)},
+        meta={
+            "dataset": cfg.data.source,
+            "side": int(x.shape[1]),
+            "classes": int(y.max() + 1),
+            "synthetic": False,
+            **sizes,
+            **dataset_meta("real", provenance),
+        },
     )
 
 
 def _variants(cfg: Config, side: int) -> list[dict]:
     """The classifiers certified: linear at the native and upsampled sides, and the MLP."""
-    linear = [{"name": f"linear_d{s * s}", "side": s, "hidden": (), "oracles": ("exact",)} for s in (side, *cfg.upsample_sides)]
+    linear = [
+        {"name": f"linear_d{s * s}", "side": s, "hidden": (), "oracles": ("exact",)}
+        for s in (side, *cfg.upsample_sides)
+    ]
     mlp = {"name": f"mlp_d{side * side}", "side": side, "hidden": cfg.mlp.hidden, "oracles": ("pgd", "ibp")}
     return [*linear, mlp]
 
@@ -179,7 +198,12 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         )
         val = DataLoader(TensorDataset(_tensor(x_pool), torch.from_numpy(y_pool)), batch_size=1024)
         history[variant["name"]] = fit(
-            ClassifierModule(net, train_cfg), loader, val, max_epochs=train_cfg.epochs, seed=cfg.seed + k, variant=variant["name"]
+            ClassifierModule(net, train_cfg),
+            loader,
+            val,
+            max_epochs=train_cfg.epochs,
+            seed=cfg.seed + k,
+            variant=variant["name"],
         )
         torch.save(net.state_dict(), out_dir / f"{variant['name']}.pt")
         val_acc = [r["val/acc"] for r in history[variant["name"]] if "val/acc" in r]
@@ -205,7 +229,9 @@ def load_model(cfg: Config, model_dir: Path) -> nn.Module:
 # ----------------------------------------------------------------------------- certification
 
 
-def _quality(net: Classifier, batches, oracles: tuple[str, ...], cfg: Config) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _quality(
+    net: Classifier, batches, oracles: tuple[str, ...], cfg: Config
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """q(x) = (conf, rob per oracle) for every drawn point."""
     confs, robs = [], {o: [] for o in oracles}
     for x in batches:
@@ -333,8 +359,12 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
                 values[f"{prefix}/{where}pass_rate"] = float(np.mean(rel <= g.epsilon))
                 values[f"{prefix}/{where}rel_err_median"] = float(np.median(rel))
                 values[f"{prefix}/{where}rel_err_max"] = float(rel.max())
-                values[f"{prefix}/{where}n_counterexamples_median"] = float(np.median([r[f"{where}n_counterexamples"] for r in results]))
-                values[f"{prefix}/{where}mass_above_kappa_max_min"] = float(min(r[f"{where}mass_above_kappa_max"] for r in results))
+                values[f"{prefix}/{where}n_counterexamples_median"] = float(
+                    np.median([r[f"{where}n_counterexamples"] for r in results])
+                )
+                values[f"{prefix}/{where}mass_above_kappa_max_min"] = float(
+                    min(r[f"{where}mass_above_kappa_max"] for r in results)
+                )
             for stat in ("kappa_max", "rho_at_kappa_max"):
                 values[f"{prefix}/{stat}_median"] = float(np.median([r[stat] for r in results]))
             values[f"{prefix}/bound_monotone"] = float(min(r["bound_monotone"] for r in results))
@@ -361,13 +391,26 @@ def _plot_relative_errors(runs, epsilon: float, s: int, s_control: int, path: Pa
     settings = list(runs)
     fig, axes = plt.subplots(1, 2, figsize=(2.6 * len(settings) + 2, 4.2), sharey=True)
     rng = np.random.default_rng(0)
-    panels = (("", "held-out: resample of the test split (paper's check)"), ("pool_", "held-out: fresh resample of D (pool split)"))
+    panels = (
+        ("", "held-out: resample of the test split (paper's check)"),
+        ("pool_", "held-out: fresh resample of D (pool split)"),
+    )
     for ax, (where, title) in zip(axes, panels):
         for i, setting in enumerate(settings):
-            for shift, label, colour, size in ((-0.18, "method", "tab:blue", s), (0.18, "baseline", "tab:red", s_control)):
+            for shift, label, colour, size in (
+                (-0.18, "method", "tab:blue", s),
+                (0.18, "baseline", "tab:red", s_control),
+            ):
                 rel = np.array([r[f"{where}rel_err"] for r in runs[setting][label]])
                 name = f"eps-net, s = {size:,}" if label == "method" else f"control, s/50 = {size:,}"
-                ax.scatter(i + shift + rng.uniform(-0.07, 0.07, len(rel)), rel, s=12, color=colour, alpha=0.7, label=name if i == 0 else None)
+                ax.scatter(
+                    i + shift + rng.uniform(-0.07, 0.07, len(rel)),
+                    rel,
+                    s=12,
+                    color=colour,
+                    alpha=0.7,
+                    label=name if i == 0 else None,
+                )
                 ax.hlines(np.median(rel), i + shift - 0.12, i + shift + 0.12, color=colour, lw=2)
         ax.axhspan(0, epsilon, color="tab:green", alpha=0.12, label=f"certified: <= eps = {epsilon}")
         ax.axhline(epsilon / 2, color="tab:green", lw=1, ls="--", label="eps / 2")
@@ -384,17 +427,30 @@ def _plot_quality_space(runs, tests: dict[str, alg.HeldOut], path: Path) -> Path
     settings = [list(runs)[0], *[s for s in runs if s.startswith("mlp_")]]
     fig, axes = plt.subplots(1, len(settings), figsize=(4.6 * len(settings), 4), squeeze=False)
     rng = np.random.default_rng(0)
-    stretch = lambda c: -np.log10(np.clip(1.0 - c, 1e-6, None))  # noqa: E731  (spreads the confident end)
+    stretch = lambda c: -np.log10(np.clip(1.0 - c, 1e-6, None))  # (spreads the confident end)
     for ax, setting in zip(axes[0], settings):
         conf, rob = tests[setting].conf, tests[setting].rob
         pick = rng.choice(len(conf), size=min(4000, len(conf)), replace=False)
         cap = np.nanmax(np.where(np.isfinite(rob), rob, np.nan)) * 1.05
-        ax.scatter(stretch(conf[pick]), np.minimum(rob[pick], cap), s=3, alpha=0.25, color="grey", label="held-out q(x) (test split)")
+        ax.scatter(
+            stretch(conf[pick]),
+            np.minimum(rob[pick], cap),
+            s=3,
+            alpha=0.25,
+            color="grey",
+            label="held-out q(x) (test split)",
+        )
         for label, colour in (("method", "tab:blue"), ("baseline", "tab:red")):
             conf_desc, runmin, kappa_max = runs[setting][label][0]["_curve"]
             use = conf_desc <= kappa_max
-            ax.step(stretch(conf_desc[use]), runmin[use], where="post", color=colour, lw=1.5,
-                    label=f"M(kappa), {'eps-net' if label == 'method' else 'control'}; dotted: kappa_max")
+            ax.step(
+                stretch(conf_desc[use]),
+                runmin[use],
+                where="post",
+                color=colour,
+                lw=1.5,
+                label=f"M(kappa), {'eps-net' if label == 'method' else 'control'}; dotted: kappa_max",
+            )
             ax.axvline(stretch(kappa_max), color=colour, ls=":", lw=1)
         ticks = np.array([0.5, 0.9, 0.99, 0.999, 0.9999])
         ax.set_xticks(stretch(ticks), [f"{t:g}" for t in ticks])
@@ -427,12 +483,18 @@ SIZE_TABLE = {1e-4: 989_533, 2.5e-3: 31_634, 5e-3: 14_953, 1e-2: 7_042, 2e-2: 3_
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     """Brief criteria on the held-out test-split resample (the paper's protocol); the fresh-D check is reported beside it."""
     v, eps = metrics.values, cfg.guarantee.epsilon
-    settings = list(dict.fromkeys(k.split("/")[1] for k in v if k.startswith("method/") and k.endswith("/pass_rate") and k.count("/") == 2))
+    settings = list(
+        dict.fromkeys(
+            k.split("/")[1] for k in v if k.startswith("method/") and k.endswith("/pass_rate") and k.count("/") == 2
+        )
+    )
     linear = [s for s in settings if s.startswith("linear_")]
     primary, others = linear[0], linear[1:]
 
     def criterion2(setting: str, where: str = "") -> bool:  # >= 19/20 runs pass and median <= eps / 2
-        return v[f"method/{setting}/{where}pass_rate"] >= 0.95 and v[f"method/{setting}/{where}rel_err_median"] <= eps / 2
+        return (
+            v[f"method/{setting}/{where}pass_rate"] >= 0.95 and v[f"method/{setting}/{where}rel_err_median"] <= eps / 2
+        )
 
     def run_errors(setting: str) -> np.ndarray:
         n = sum(1 for k in v if k.startswith(f"method/{setting}/run") and k.endswith("/rel_err"))
@@ -444,8 +506,14 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         # runs even 20/20 leaves that open: its Clopper-Pearson lower end is 0.83).
         errors = run_errors(setting)
         return V.proportion_criterion(
-            f"{setting}_pass_rate", f"{setting}: share of runs whose held-out relative error is <= eps = {eps}",
-            int(np.sum(errors <= eps)), len(errors), threshold, ">=", "certification runs")
+            f"{setting}_pass_rate",
+            f"{setting}: share of runs whose held-out relative error is <= eps = {eps}",
+            int(np.sum(errors <= eps)),
+            len(errors),
+            threshold,
+            ">=",
+            "certification runs",
+        )
 
     figures = {"samples": v["method/samples"], "control_samples": v["baseline/samples"]}
     for s in settings:
@@ -473,9 +541,17 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     criteria = []
     for s in others:
         criteria.append(pass_rate(s, 0.95))
-        criteria.append(V.bootstrap_criterion(
-            f"{s}_rel_err_median", f"{s}: median over runs of the held-out relative error, vs eps / 2",
-            np.median, [run_errors(s)], eps / 2, "<=", "certification runs"))
+        criteria.append(
+            V.bootstrap_criterion(
+                f"{s}_rel_err_median",
+                f"{s}: median over runs of the held-out relative error, vs eps / 2",
+                np.median,
+                [run_errors(s)],
+                eps / 2,
+                "<=",
+                "certification runs",
+            )
+        )
     criteria.append(pass_rate("mlp_pgd", 0.9))
     dims_ok = all(criterion2(s) for s in others)
     mlp_ok = v["method/mlp_pgd/pass_rate"] >= 0.9
@@ -487,8 +563,13 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     )
     per_setting = "; ".join(
         "{}: test pass {:.2f} median {:.4f} max {:.4f} (control median {:.4f}) | fresh-D pass {:.2f} median {:.4f} max {:.4f}".format(
-            s, v[f"method/{s}/pass_rate"], v[f"method/{s}/rel_err_median"], v[f"method/{s}/rel_err_max"],
-            v[f"baseline/{s}/rel_err_median"], v[f"method/{s}/pool_pass_rate"], v[f"method/{s}/pool_rel_err_median"],
+            s,
+            v[f"method/{s}/pass_rate"],
+            v[f"method/{s}/rel_err_median"],
+            v[f"method/{s}/rel_err_max"],
+            v[f"baseline/{s}/rel_err_median"],
+            v[f"method/{s}/pool_pass_rate"],
+            v[f"method/{s}/pool_rel_err_median"],
             v[f"method/{s}/pool_rel_err_max"],
         )
         for s in settings

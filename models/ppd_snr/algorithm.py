@@ -78,8 +78,9 @@ def log_ppd(p: Problem) -> float:
 def delta(p: Problem) -> float:
     """Delta = log E_q[p(D*|z)^2] - 2 log E_q[p(D*|z)] (the brief's closed form)."""
     rho = p.rho
-    return (0.5 * p.d * math.log((1 + rho) ** 2 / (1 + 2 * rho))
-            + p.a**2 * p.post_var * p.mismatch / ((1 + rho) * (1 + 2 * rho)))
+    return 0.5 * p.d * math.log((1 + rho) ** 2 / (1 + 2 * rho)) + p.a**2 * p.post_var * p.mismatch / (
+        (1 + rho) * (1 + 2 * rho)
+    )
 
 
 def log_normalised_moment(p: Problem, k: int) -> float:
@@ -139,8 +140,12 @@ def gaussian_log_chi2(mean_r, std_r, mean_star, var_star) -> float:
     tau = 2 * var_r - var_star
     if np.any(tau <= 0):
         return math.inf
-    per_coord = (0.5 * np.log(var_r) - math.log(var_star) + 0.5 * np.log(var_star * var_r / tau)
-                 + (np.asarray(mean_r) - mean_star) ** 2 / tau)
+    per_coord = (
+        0.5 * np.log(var_r)
+        - math.log(var_star)
+        + 0.5 * np.log(var_star * var_r / tau)
+        + (np.asarray(mean_r) - mean_star) ** 2 / tau
+    )
     return float(per_coord.sum())
 
 
@@ -213,7 +218,9 @@ class WeightSampler:
         if cols * self.d > chunk:
             return torch.stack([self.draw_chunked(cols, generator, chunk) for _ in range(rows)])
         per_block = chunk // (cols * self.d)
-        blocks = [self.draw(min(per_block, rows - r) * cols, generator).view(-1, cols) for r in range(0, rows, per_block)]
+        blocks = [
+            self.draw(min(per_block, rows - r) * cols, generator).view(-1, cols) for r in range(0, rows, per_block)
+        ]
         return torch.cat(blocks)
 
     def running_estimates(self, checkpoints: list[int], generator: torch.Generator, chunk: int) -> np.ndarray:

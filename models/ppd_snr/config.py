@@ -12,7 +12,6 @@ from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
 
-
 Dimension = Annotated[int, Field(ge=1, le=10_000)]
 TestSize = Annotated[int, Field(ge=1, le=1_000_000)]
 Shift = Annotated[float, Field(ge=0.0, le=100.0)]  # also rejects nan
@@ -50,7 +49,7 @@ class DataConfig(StrictModel):
     user_npz: RelPath = ""
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         for name in ("sweep_d", "sweep_m", "sweep_shift"):
             values = getattr(self, name)
             if len(values) < 2 or list(values) != sorted(set(values)):
@@ -75,7 +74,7 @@ class ProposalConfig(StrictModel):
     proxies: tuple[Literal["elbo", "chi2"], ...] = ("elbo", "chi2")
 
     @model_validator(mode="after")
-    def _check(self) -> "ProposalConfig":
+    def _check(self) -> ProposalConfig:
         if "elbo" not in self.proxies or len(set(self.proxies)) != len(self.proxies):
             raise ValueError(f"proposal.proxies must contain 'elbo' once (the claim's method), got {self.proxies}")
         return self

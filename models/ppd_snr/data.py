@@ -55,8 +55,14 @@ def part1_settings(data_cfg) -> list[tuple[int, int, float]]:
 def save_npz(path: Path, data: GaussianData) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as fh:
-        np.savez(fh, x_train=data.x_train, x_test=data.x_test, sigma=np.float64(data.sigma),
-                 sigma0=np.float64(data.sigma0), shift=np.float64(data.shift))
+        np.savez(
+            fh,
+            x_train=data.x_train,
+            x_test=data.x_test,
+            sigma=np.float64(data.sigma),
+            sigma0=np.float64(data.sigma0),
+            shift=np.float64(data.shift),
+        )
 
 
 def load_npz(path: Path) -> GaussianData:
@@ -67,15 +73,30 @@ def load_npz(path: Path) -> GaussianData:
     with np.load(path, allow_pickle=False) as f:
         missing = {"x_train", "x_test", "sigma", "sigma0"} - set(f.files)
         if missing:
-            raise ValueError(f"{path}: missing arrays {sorted(missing)} "
-                             "(need x_train (n, d), x_test (m, d), sigma, sigma0)")
+            raise ValueError(
+                f"{path}: missing arrays {sorted(missing)} (need x_train (n, d), x_test (m, d), sigma, sigma0)"
+            )
         x_train, x_test = np.asarray(f["x_train"], np.float64), np.asarray(f["x_test"], np.float64)
         sigma, sigma0 = float(f["sigma"]), float(f["sigma0"])
         shift = float(f["shift"]) if "shift" in f.files else float("nan")
-    if x_train.ndim != 2 or x_test.ndim != 2 or x_train.shape[1] != x_test.shape[1] or not len(x_train) or not len(x_test):
-        raise ValueError(f"{path}: x_train {x_train.shape} and x_test {x_test.shape} must be non-empty (n, d) and (m, d)")
-    if not (np.isfinite(x_train).all() and np.isfinite(x_test).all() and sigma > 0 and sigma0 > 0
-            and np.isfinite(sigma) and np.isfinite(sigma0)):
+    if (
+        x_train.ndim != 2
+        or x_test.ndim != 2
+        or x_train.shape[1] != x_test.shape[1]
+        or not len(x_train)
+        or not len(x_test)
+    ):
+        raise ValueError(
+            f"{path}: x_train {x_train.shape} and x_test {x_test.shape} must be non-empty (n, d) and (m, d)"
+        )
+    if not (
+        np.isfinite(x_train).all()
+        and np.isfinite(x_test).all()
+        and sigma > 0
+        and sigma0 > 0
+        and np.isfinite(sigma)
+        and np.isfinite(sigma0)
+    ):
         raise ValueError(f"{path}: data must be finite and sigma, sigma0 positive")
     return GaussianData(x_train, x_test, sigma, sigma0, shift)
 
@@ -110,22 +131,37 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
         user = load_npz(user_data_path(dc.user_npz))  # validate before copying
         (data_dir / USER_FILE).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(user_data_path(dc.user_npz), data_dir / USER_FILE)
-        index["estimate"].append({"file": USER_FILE, "d": user.d, "m": len(user.x_test),
-                                  "shift": None if np.isnan(user.shift) else user.shift, "name": "user"})
+        index["estimate"].append(
+            {
+                "file": USER_FILE,
+                "d": user.d,
+                "m": len(user.x_test),
+                "shift": None if np.isnan(user.shift) else user.shift,
+                "name": "user",
+            }
+        )
     (data_dir / INDEX).write_text(json.dumps(index, indent=1))
-    generated = (f"generated from seed {cfg.seed}: conjugate Gaussian mean model (sigma {dc.sigma:g}, sigma0 "
-                 f"{dc.sigma0:g}, n {dc.n_train}), {dc.replicates} part-1 replicates, "
-                 f"{len(dc.estimate_settings)} part-2 settings")
+    generated = (
+        f"generated from seed {cfg.seed}: conjugate Gaussian mean model (sigma {dc.sigma:g}, sigma0 "
+        f"{dc.sigma0:g}, n {dc.n_train}), {dc.replicates} part-1 replicates, "
+        f"{len(dc.estimate_settings)} part-2 settings"
+    )
     if dc.user_npz:  # it joins part 2 and can be the hardest setting the claim is read on
         source = dataset_meta("real", f"user file data/{dc.user_npz} in part 2; everything else {generated}")
     else:
         source = dataset_meta("synthetic", generated)
-    return write_manifest(data_dir, meta={
-        **source,
-        "generator": "conjugate Gaussian mean model, z_train = 0, test mean = shift * 1",
-        "synthetic": True, "n_train": dc.n_train, "snr_datasets": len(index["snr"]),
-        "estimate_datasets": len(index["estimate"]), "user_npz": dc.user_npz,
-    })
+    return write_manifest(
+        data_dir,
+        meta={
+            **source,
+            "generator": "conjugate Gaussian mean model, z_train = 0, test mean = shift * 1",
+            "synthetic": True,
+            "n_train": dc.n_train,
+            "snr_datasets": len(index["snr"]),
+            "estimate_datasets": len(index["estimate"]),
+            "user_npz": dc.user_npz,
+        },
+    )
 
 
 def load_index(data: DatasetRef) -> dict[str, list[dict]]:

@@ -63,8 +63,8 @@ import torch
 
 from models.base import ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts
 from models.common import verdicts as V
-from models.common.runtime import set_threads
 from models.common.plotting import pyplot, save
+from models.common.runtime import set_threads
 from models.ppd_snr import algorithm as alg
 from models.ppd_snr import data as data_mod
 from models.ppd_snr.networks import ProposalBank
@@ -87,8 +87,10 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
 
 
 def _problems(data: DatasetRef, part: str) -> list[tuple[dict, alg.Problem]]:
-    return [(entry, alg.make_problem(data_mod.load_npz(data.file(entry["file"]))))
-            for entry in data_mod.load_index(data)[part]]
+    return [
+        (entry, alg.make_problem(data_mod.load_npz(data.file(entry["file"]))))
+        for entry in data_mod.load_index(data)[part]
+    ]
 
 
 def _device(cfg) -> str:
@@ -181,19 +183,24 @@ def snr_study(cfg, data: DatasetRef, device: str) -> list[dict]:
     rows = []
     for i, (entry, problem) in enumerate(_problems(data, "snr")):
         log_z, delta = alg.log_ppd(problem), alg.delta(problem)
-        log_w = alg.WeightSampler(problem, device=device).matrix(cfg.snr_repeats, cfg.snr_samples,
-                                                               _generator(cfg, 10_000 + i, device), cfg.chunk)
+        log_w = alg.WeightSampler(problem, device=device).matrix(
+            cfg.snr_repeats, cfg.snr_samples, _generator(cfg, 10_000 + i, device), cfg.chunk
+        )
         errors = (alg.log_mean_exp(log_w) - log_z).cpu().numpy()
         ratio = np.exp(errors)  # R_K / p(D*|D): unbiased, mean 1
-        rows.append({
-            **{k: entry[k] for k in ("d", "m", "shift", "replicate")},
-            "tag": data_mod.tag(entry["d"], entry["m"], entry["shift"]),
-            "delta": delta, "delta_expfam": alg.delta_exponential_family(problem),
-            "snr_theory": alg.snr_theory(delta, cfg.snr_samples),
-            "snr_empirical": float(ratio.mean() / ratio.std(ddof=1)),
-            "snr_rel_se": alg.snr_estimate_rel_se(problem, cfg.snr_samples, cfg.snr_repeats),
-            "mc_err": float(errors.mean()), "mc_err_se": float(errors.std(ddof=1) / math.sqrt(len(errors))),
-        })
+        rows.append(
+            {
+                **{k: entry[k] for k in ("d", "m", "shift", "replicate")},
+                "tag": data_mod.tag(entry["d"], entry["m"], entry["shift"]),
+                "delta": delta,
+                "delta_expfam": alg.delta_exponential_family(problem),
+                "snr_theory": alg.snr_theory(delta, cfg.snr_samples),
+                "snr_empirical": float(ratio.mean() / ratio.std(ddof=1)),
+                "snr_rel_se": alg.snr_estimate_rel_se(problem, cfg.snr_samples, cfg.snr_repeats),
+                "mc_err": float(errors.mean()),
+                "mc_err_se": float(errors.std(ddof=1) / math.sqrt(len(errors))),
+            }
+        )
     return rows
 
 
@@ -215,17 +222,24 @@ def estimate_study(cfg, data: DatasetRef, bank: ProposalBank, device: str) -> li
             if math.isfinite(delta_r):
                 row[f"{VARIANTS[proxy]}/delta_r"] = delta_r
             row[f"{VARIANTS[proxy]}/min_std_ratio"] = float(sampler.std.min().item() / math.sqrt(star_var))
-            row[f"{VARIANTS[proxy]}/kl"] = alg.gaussian_kl(sampler.mean.cpu().numpy(), sampler.std.cpu().numpy(),
-                                                           star_mean, star_var)
+            row[f"{VARIANTS[proxy]}/kl"] = alg.gaussian_kl(
+                sampler.mean.cpu().numpy(), sampler.std.cpu().numpy(), star_mean, star_var
+            )
         for j, (variant, (sampler, k)) in enumerate(samplers.items()):
             log_w = sampler.matrix(cfg.estimate_repeats, k, _generator(cfg, 20_000 + 10 * i + j, device), cfg.chunk)
             errors = (alg.log_mean_exp(log_w) - log_z).cpu().numpy()
             first = log_w[0].cpu().numpy()
             row[f"{variant}/errors"] = errors  # per repeat: the units of the claim's intervals
-            row.update({f"{variant}/err": float(errors.mean()), f"{variant}/err_sd": float(errors.std(ddof=1)),
-                        f"{variant}/err_se": float(errors.std(ddof=1) / math.sqrt(len(errors))),
-                        f"{variant}/max_abs_err": float(np.abs(errors).max()), f"{variant}/samples": float(k),
-                        f"{variant}/ess_frac": alg.effective_sample_size(first) / k})
+            row.update(
+                {
+                    f"{variant}/err": float(errors.mean()),
+                    f"{variant}/err_sd": float(errors.std(ddof=1)),
+                    f"{variant}/err_se": float(errors.std(ddof=1) / math.sqrt(len(errors))),
+                    f"{variant}/max_abs_err": float(np.abs(errors).max()),
+                    f"{variant}/samples": float(k),
+                    f"{variant}/ess_frac": alg.effective_sample_size(first) / k,
+                }
+            )
             k_hat = alg.pareto_k(first)  # nan (left out) when K is too small for a tail fit
             if math.isfinite(k_hat):
                 row[f"{variant}/pareto_k"] = k_hat
@@ -246,24 +260,37 @@ def k_sweep(cfg, data: DatasetRef, bank: ProposalBank, hardest: str, device: str
     problem = next(p for e, p in _problems(data, "estimate") if e["name"] == hardest)
     log_z = alg.log_ppd(problem)
     r = bank.get(f"{hardest}__elbo")
-    samplers = {"baseline": (alg.WeightSampler(problem, device=device), cfg.sweep_max_samples),
-                "method": (alg.WeightSampler(problem, r.mean.detach().cpu().numpy(), r.std.detach().cpu().numpy(), device),
-                           min(cfg.estimate_samples, cfg.sweep_max_samples))}
+    samplers = {
+        "baseline": (alg.WeightSampler(problem, device=device), cfg.sweep_max_samples),
+        "method": (
+            alg.WeightSampler(problem, r.mean.detach().cpu().numpy(), r.std.detach().cpu().numpy(), device),
+            min(cfg.estimate_samples, cfg.sweep_max_samples),
+        ),
+    }
     out = {}
     for j, (variant, (sampler, k_max)) in enumerate(samplers.items()):
         ks = _checkpoints(k_max)
         out[f"{variant}_k"] = np.array(ks)
-        out[variant] = np.stack([sampler.running_estimates(ks, _generator(cfg, 40_000 + 100 * j + rep, device), cfg.chunk)
-                                 for rep in range(cfg.sweep_repeats)]) - log_z
+        out[variant] = (
+            np.stack(
+                [
+                    sampler.running_estimates(ks, _generator(cfg, 40_000 + 100 * j + rep, device), cfg.chunk)
+                    for rep in range(cfg.sweep_repeats)
+                ]
+            )
+            - log_z
+        )
     return out
 
 
 def sweep_axes(cfg) -> dict[str, tuple[str, list[tuple[int, int, float]]]]:
     """Each one-factor sweep: (x-axis label, its (d, m, shift) points)."""
     b, dc = cfg.data.base, cfg.data
-    return {"d": ("latent dimension d", [(d, b.m, b.shift) for d in dc.sweep_d]),
-            "m": ("test/train size m/n", [(b.d, m, b.shift) for m in dc.sweep_m]),
-            "shift": ("train/test mean shift", [(b.d, b.m, s) for s in dc.sweep_shift])}
+    return {
+        "d": ("latent dimension d", [(d, b.m, b.shift) for d in dc.sweep_d]),
+        "m": ("test/train size m/n", [(b.d, m, b.shift) for m in dc.sweep_m]),
+        "shift": ("train/test mean shift", [(b.d, b.m, s) for s in dc.sweep_shift]),
+    }
 
 
 def _sweep_means(cfg, rows: list[dict]) -> dict[str, dict[str, np.ndarray]]:
@@ -316,8 +343,18 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
         values[f"problem/delta_{name}"] = row["delta"]
         values[f"problem/log_ppd_{name}"] = row["log_ppd"]
         for variant in ["baseline"] + [VARIANTS[p] for p in cfg.proposal.proxies]:
-            for key in ("err", "err_sd", "max_abs_err", "ess_frac", "pareto_k", "delta_r", "samples",
-                        "infinite_variance", "kl", "min_std_ratio"):
+            for key in (
+                "err",
+                "err_sd",
+                "max_abs_err",
+                "ess_frac",
+                "pareto_k",
+                "delta_r",
+                "samples",
+                "infinite_variance",
+                "kl",
+                "min_std_ratio",
+            ):
                 if f"{variant}/{key}" in row:
                     values[f"{variant}/{key}_{name}"] = row[f"{variant}/{key}"]
     worst_z = max((row["baseline/err"] / row["baseline/err_se"] for row in est_rows), default=-math.inf)
@@ -337,9 +374,11 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
             values[f"{variant}/sweep_err_K{k}"] = float(err)
     values["baseline/sweep_err_Kmax"] = float(sweep["baseline"][:, -1].mean())
     plots = Path(out_dir) / "plots"
-    figures = [plot_snr_sweeps(cfg, snr_rows, plots / "snr_sweeps.png"),
-               plot_estimates(cfg, est_rows, sweep, hardest, plots / "estimation_error.png"),
-               plot_training(cfg, artifacts.history, est_rows, plots / "proposal_training.png")]
+    figures = [
+        plot_snr_sweeps(cfg, snr_rows, plots / "snr_sweeps.png"),
+        plot_estimates(cfg, est_rows, sweep, hardest, plots / "estimation_error.png"),
+        plot_training(cfg, artifacts.history, est_rows, plots / "proposal_training.png"),
+    ]
     return Metrics(values, figures)
 
 
@@ -365,11 +404,25 @@ def plot_snr_sweeps(cfg, rows: list[dict], path: Path) -> Path:
         curve = np.array(curve)
         gx = grid / dc.n_train if axis == "m" else grid
         top, bottom = axes[0, col], axes[1, col]
-        top.plot(gx, [alg.snr_theory(v, cfg.snr_samples) for v in curve], "k-", lw=1,
-                 label="sqrt(K/(e^E[Delta]-1)) (analytical, mean data)")
-        top.plot(x, means[axis]["snr_theory"], "s", mfc="none", color="C0", ms=9, label="closed form, drawn data (mean)")
-        top.errorbar(x, means[axis]["snr_empirical"], yerr=means[axis]["snr_empirical_sd"], fmt="o", color="C1",
-                     capsize=3, label=f"empirical, M={cfg.snr_repeats} (mean ± sd over data replicates)")
+        top.plot(
+            gx,
+            [alg.snr_theory(v, cfg.snr_samples) for v in curve],
+            "k-",
+            lw=1,
+            label="sqrt(K/(e^E[Delta]-1)) (analytical, mean data)",
+        )
+        top.plot(
+            x, means[axis]["snr_theory"], "s", mfc="none", color="C0", ms=9, label="closed form, drawn data (mean)"
+        )
+        top.errorbar(
+            x,
+            means[axis]["snr_empirical"],
+            yerr=means[axis]["snr_empirical_sd"],
+            fmt="o",
+            color="C1",
+            capsize=3,
+            label=f"empirical, M={cfg.snr_repeats} (mean ± sd over data replicates)",
+        )
         top.set_yscale("log")
         top.set_ylabel(f"SNR of simple MC, K={cfg.snr_samples}")
         bottom.plot(gx, curve, "k-", lw=1, label="E_data[Delta] (analytical)")
@@ -398,8 +451,15 @@ def plot_estimates(cfg, rows: list[dict], sweep: dict, hardest: str, path: Path)
     width = 0.8 / len(variants)
     for j, variant in enumerate(variants):
         xs = np.arange(len(rows)) + (j - (len(variants) - 1) / 2) * width
-        left.bar(xs, [r[f"{variant}/err"] for r in rows], width, yerr=[r[f"{variant}/err_sd"] for r in rows],
-                 capsize=3, color=f"C{j}", label=f"{LABELS[variant]} (K={int(rows[0][f'{variant}/samples'])})")
+        left.bar(
+            xs,
+            [r[f"{variant}/err"] for r in rows],
+            width,
+            yerr=[r[f"{variant}/err_sd"] for r in rows],
+            capsize=3,
+            color=f"C{j}",
+            label=f"{LABELS[variant]} (K={int(rows[0][f'{variant}/samples'])})",
+        )
     left.set_xticks(np.arange(len(rows)), [f"{r['name']}\nDelta={r['delta']:.1f}" for r in rows], fontsize=8)
     left.set_yscale("symlog", linthresh=0.1)
     left.axhline(0, color="k", lw=0.8)
@@ -462,21 +522,49 @@ def _sweep_criteria(cfg, v: dict) -> list[Criterion]:
             return np.array([[v[f"snr/{t}_r{r}/{key}"] for r in replicates] for t in tags])
 
         delta_steps = np.diff(per_replicate("delta"), axis=0)
-        out.append(V.bootstrap_criterion(
-            f"delta_increases_{axis}", f"smallest step of the replicate-mean Delta along the {label} sweep",
-            lambda *steps: min(float(np.mean(s)) for s in steps), list(delta_steps), 0.0, ">", units=units))
+        out.append(
+            V.bootstrap_criterion(
+                f"delta_increases_{axis}",
+                f"smallest step of the replicate-mean Delta along the {label} sweep",
+                lambda *steps: min(float(np.mean(s)) for s in steps),
+                list(delta_steps),
+                0.0,
+                ">",
+                units=units,
+            )
+        )
         # The empirical-SNR trend is read where the empirical SNR means something (module docstring).
         reliable = (per_replicate("snr_rel_se") <= TREND_MAX_REL_SE).all(axis=1)
-        name, statement = (f"snr_decreases_{axis}",
-                           f"largest step of the replicate-mean empirical SNR along the {label} sweep "
-                           f"(points with predicted relative se <= {TREND_MAX_REL_SE:g})")
+        name, statement = (
+            f"snr_decreases_{axis}",
+            f"largest step of the replicate-mean empirical SNR along the {label} sweep "
+            f"(points with predicted relative se <= {TREND_MAX_REL_SE:g})",
+        )
         if reliable.sum() < 2:
-            out.append(V.exact_criterion(name, statement, math.nan, 0.0, "<", units=units,
-                                         reason=f"{int(reliable.sum())} sweep point(s) with a reliable empirical SNR; need 2"))
+            out.append(
+                V.exact_criterion(
+                    name,
+                    statement,
+                    math.nan,
+                    0.0,
+                    "<",
+                    units=units,
+                    reason=f"{int(reliable.sum())} sweep point(s) with a reliable empirical SNR; need 2",
+                )
+            )
             continue
         snr_steps = np.diff(per_replicate("snr_empirical")[reliable], axis=0)
-        out.append(V.bootstrap_criterion(name, statement, lambda *steps: max(float(np.mean(s)) for s in steps),
-                                         list(snr_steps), 0.0, "<", units=units))
+        out.append(
+            V.bootstrap_criterion(
+                name,
+                statement,
+                lambda *steps: max(float(np.mean(s)) for s in steps),
+                list(snr_steps),
+                0.0,
+                "<",
+                units=units,
+            )
+        )
     return out
 
 
@@ -493,12 +581,30 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
     units = "estimate repeats (fresh draws; one dataset and one fitted proposal)"
     mc_errors, is_errors = repeats("baseline"), repeats("method")
     criteria = _sweep_criteria(cfg, v) + [
-        V.mean_criterion("mc_err_hardest", f"mean error of simple MC's log p(D*|D) on the hardest setting ({hard}), nats",
-                         mc_errors, HARD_MC_ERROR, "<=", units=units),
-        V.mean_criterion("is_err_hardest_gt_minus1", f"mean error of learned IS (ELBO proxy) on {hard}, nats: above -1",
-                         is_errors, -HARD_IS_ERROR, ">", units=units),
-        V.mean_criterion("is_err_hardest_lt_plus1", f"mean error of learned IS (ELBO proxy) on {hard}, nats: below +1",
-                         is_errors, HARD_IS_ERROR, "<", units=units),
+        V.mean_criterion(
+            "mc_err_hardest",
+            f"mean error of simple MC's log p(D*|D) on the hardest setting ({hard}), nats",
+            mc_errors,
+            HARD_MC_ERROR,
+            "<=",
+            units=units,
+        ),
+        V.mean_criterion(
+            "is_err_hardest_gt_minus1",
+            f"mean error of learned IS (ELBO proxy) on {hard}, nats: above -1",
+            is_errors,
+            -HARD_IS_ERROR,
+            ">",
+            units=units,
+        ),
+        V.mean_criterion(
+            "is_err_hardest_lt_plus1",
+            f"mean error of learned IS (ELBO proxy) on {hard}, nats: below +1",
+            is_errors,
+            HARD_IS_ERROR,
+            "<",
+            units=units,
+        ),
     ]
     figures = {
         "delta_hardest": v["problem/delta_hardest"],
@@ -510,8 +616,11 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         "snr_max_rel_se": v["snr/max_rel_se"],
         "mc_err_max_z": v["baseline/err_max_z"],
     }
-    for name, key in (("is_delta_r_hardest", "method/delta_r"), ("is_pareto_k_hardest", "method/pareto_k"),
-                      ("mc_pareto_k_hardest", "baseline/pareto_k")):
+    for name, key in (
+        ("is_delta_r_hardest", "method/delta_r"),
+        ("is_pareto_k_hardest", "method/pareto_k"),
+        ("mc_pareto_k_hardest", "baseline/pareto_k"),
+    ):
         if f"{key}_{hard}" in v:  # absent when infinite / undefined
             figures[name] = v[f"{key}_{hard}"]
     if "method_chi2/err_hardest" in v:
@@ -531,23 +640,33 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         "and empirical SNR decreases along each sweep), and on the hardest setting simple MC is off by <= -50 nats "
         "while IS with a test-time-learned Gaussian proposal (ELBO proxy) is within 1 nat."
     )
-    notes = (f"hardest Delta = {v['problem/delta_hardest']:.1f}: simple MC {v['baseline/err_hardest']:+.2f} nats at "
-             f"K={int(v[f'baseline/samples_{hard}'])}, {v['baseline/sweep_err_Kmax']:+.1f} nats at "
-             f"K={cfg.sweep_max_samples}; learned IS {v['method/err_hardest']:+.4f} nats at K={cfg.estimate_samples} "
-             f"(Pareto k-hat {v.get(f'method/pareto_k_{hard}', math.nan):.2f}). SNR theory check on {int(v['snr/checked'])} datasets, "
-             f"max relative deviation {v['snr/max_rel_dev']:.3f}. Sweep intervals: bootstrap over "
-             f"{cfg.data.replicates} data replicates; hardest-setting intervals: {cfg.estimate_repeats} estimate repeats "
-             "of one fitted proposal (the estimator's noise given the data and r, not the fit's).")
-    collapsed = [k.removeprefix("method_chi2/infinite_variance_") for k, x in v.items()
-                 if k.startswith("method_chi2/infinite_variance_") and x > 0.5]
+    notes = (
+        f"hardest Delta = {v['problem/delta_hardest']:.1f}: simple MC {v['baseline/err_hardest']:+.2f} nats at "
+        f"K={int(v[f'baseline/samples_{hard}'])}, {v['baseline/sweep_err_Kmax']:+.1f} nats at "
+        f"K={cfg.sweep_max_samples}; learned IS {v['method/err_hardest']:+.4f} nats at K={cfg.estimate_samples} "
+        f"(Pareto k-hat {v.get(f'method/pareto_k_{hard}', math.nan):.2f}). SNR theory check on {int(v['snr/checked'])} datasets, "
+        f"max relative deviation {v['snr/max_rel_dev']:.3f}. Sweep intervals: bootstrap over "
+        f"{cfg.data.replicates} data replicates; hardest-setting intervals: {cfg.estimate_repeats} estimate repeats "
+        "of one fitted proposal (the estimator's noise given the data and r, not the fit's)."
+    )
+    collapsed = [
+        k.removeprefix("method_chi2/infinite_variance_")
+        for k, x in v.items()
+        if k.startswith("method_chi2/infinite_variance_") and x > 0.5
+    ]
     if collapsed:
-        notes += (f" Proxy (B) collapsed r below std(r*)/sqrt(2) (infinite IS variance) on {', '.join(collapsed)}: its "
-                  "batch estimate is minimised by any proposal whose draws all get equal weights, a point mass included.")
+        notes += (
+            f" Proxy (B) collapsed r below std(r*)/sqrt(2) (infinite IS variance) on {', '.join(collapsed)}: its "
+            "batch estimate is minimised by any proposal whose draws all get equal weights, a point mass included."
+        )
     return ClaimResult(statement, criteria, sanity, figures, notes)
 
 
 def _hard_name(v: dict) -> str:
     """The hardest setting's name, recovered from the metric keys (the one whose Delta is largest)."""
-    deltas = {k.removeprefix("problem/delta_"): x for k, x in v.items()
-              if k.startswith("problem/delta_") and k != "problem/delta_hardest"}
+    deltas = {
+        k.removeprefix("problem/delta_"): x
+        for k, x in v.items()
+        if k.startswith("problem/delta_") and k != "problem/delta_hardest"
+    }
     return max(deltas, key=deltas.get)

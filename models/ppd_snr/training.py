@@ -51,8 +51,15 @@ class ProposalObjective(L.LightningModule):
         log_ratio = torch.logsumexp(2 * log_w, 0) - 2 * torch.logsumexp(log_w, 0) + math.log(len(log_w))
         loss = -elbo if self.proxy == "elbo" else log_ratio
         on_step = stage == "train"
-        self.log_dict({f"{stage}/loss": loss, f"{stage}/kl_estimate": self.log_z_shifted - elbo,
-                       f"{stage}/log_w_ratio": log_ratio}, on_step=on_step, on_epoch=not on_step)
+        self.log_dict(
+            {
+                f"{stage}/loss": loss,
+                f"{stage}/kl_estimate": self.log_z_shifted - elbo,
+                f"{stage}/log_w_ratio": log_ratio,
+            },
+            on_step=on_step,
+            on_epoch=not on_step,
+        )
         if stage == "val":
             self.log_dict(exact_diagnostics(self.proposal, self.optimal), on_step=False, on_epoch=True)
         return loss
@@ -71,8 +78,10 @@ def exact_diagnostics(proposal: GaussianProposal, optimal: tuple[np.ndarray, flo
     """Closed-form KL(r || r*) (the ELBO's gap), Delta_r (IS's log second-moment ratio) and the smallest
     std(r) / std(r*). Delta_r is infinite, and left out, once a coordinate's ratio is <= 1/sqrt(2)."""
     mean, std = proposal.mean.detach().cpu().numpy(), proposal.std.detach().cpu().numpy()
-    out = {"val/kl_exact": alg.gaussian_kl(mean, std, *optimal),
-           "val/min_std_ratio": float(std.min() / math.sqrt(optimal[1]))}
+    out = {
+        "val/kl_exact": alg.gaussian_kl(mean, std, *optimal),
+        "val/min_std_ratio": float(std.min() / math.sqrt(optimal[1])),
+    }
     delta_r = alg.gaussian_log_chi2(mean, std, *optimal)
     if math.isfinite(delta_r):
         out["val/delta_r_exact"] = delta_r
@@ -83,8 +92,9 @@ def _noise(count: int, batch: int, d: int, generator: torch.Generator) -> torch.
     return torch.randn(count, batch, d, generator=generator, dtype=torch.float64)
 
 
-def fit_proposal(cfg, problem: alg.Problem, proxy: str, generator: torch.Generator,
-                 seed: int) -> tuple[GaussianProposal, list[dict]]:
+def fit_proposal(
+    cfg, problem: alg.Problem, proxy: str, generator: torch.Generator, seed: int
+) -> tuple[GaussianProposal, list[dict]]:
     """Adam on the proxy from r = q, validated every ``val_every`` steps on one fixed noise batch.
 
     The noise of every step is drawn up front from ``generator`` (the "dataset" of this fit).
@@ -96,6 +106,13 @@ def fit_proposal(cfg, problem: alg.Problem, proxy: str, generator: torch.Generat
     train_loader = DataLoader(TensorDataset(_noise(pc.steps, pc.batch, problem.d, generator)), batch_size=None)
     val_loader = DataLoader(TensorDataset(_noise(1, pc.val_batch, problem.d, generator)), batch_size=None)
     start = {"step": 0, **exact_diagnostics(proposal, module.optimal)}
-    records = fit(module, train_loader, val_loader, max_epochs=1, seed=seed, variant=f"proposal {proxy}",
-                  val_check_interval=min(pc.val_every, pc.steps))
+    records = fit(
+        module,
+        train_loader,
+        val_loader,
+        max_epochs=1,
+        seed=seed,
+        variant=f"proposal {proxy}",
+        val_check_interval=min(pc.val_every, pc.steps),
+    )
     return proposal, [start] + records

@@ -9,8 +9,8 @@ are ``E_source - E_target``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
@@ -173,7 +173,9 @@ def smc(
             log_alpha = torch.nan_to_num(log_alpha, nan=-math.inf)
             accept = torch.log(torch.rand(n, generator=generator, dtype=torch.float64)) < log_alpha
         else:
-            accept = torch.ones(n, dtype=torch.bool)  # ULA: always move (a non-finite energy zeroes the weight next step)
+            accept = torch.ones(
+                n, dtype=torch.bool
+            )  # ULA: always move (a non-finite energy zeroes the weight next step)
         a = accept.view(-1, 1, 1)
         x, gs, gt = torch.where(a, proposal, x), torch.where(a, gs_p, gs), torch.where(a, gt_p, gt)
         es, et = torch.where(accept, es_p, es), torch.where(accept, et_p, et)
@@ -239,7 +241,9 @@ def chirality_signs(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return np.sign(np.einsum("bki,bki->bk", np.cross(n - ca, c - ca), cb - ca))
 
 
-def fix_chirality(x: np.ndarray, centres: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fix_chirality(
+    x: np.ndarray, centres: np.ndarray, reference: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mirror (x -> -x) samples whose every centre is inverted; flag mixed ones as unfixable.
 
     Returns (fixed samples, mask of samples that were wrong, mask of unfixable samples).

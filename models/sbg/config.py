@@ -36,7 +36,7 @@ class DataConfig(StrictModel):
     user_forcefield: Literal["amber99sbildn_obc", "amber14_obc1"] = "amber99sbildn_obc"
 
     @model_validator(mode="after")
-    def _user_files_together(self) -> "DataConfig":
+    def _user_files_together(self) -> DataConfig:
         if bool(self.user_trajectory) != bool(self.user_topology):
             raise ValueError("data.user_trajectory and data.user_topology must be given together")
         if not self.systems and not self.user_trajectory:
@@ -152,7 +152,7 @@ class Config(MethodConfig):
     accelerator: str = "cpu"  # Lightning accelerator of the flow training when PAPERLINE_ACCELERATOR is unset
 
     @model_validator(mode="after")
-    def _system_is_prepared(self) -> "Config":
+    def _system_is_prepared(self) -> Config:
         if self.system == "user" and not self.data.user_trajectory:
             raise ValueError("system='user' needs data.user_trajectory and data.user_topology")
         if self.system != "user" and self.system not in self.data.systems:

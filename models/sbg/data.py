@@ -83,8 +83,10 @@ def capped_alanine_topology(n_ala: int):
     topology, xyz = aldp_topology()
     residues = list(topology.residues())
     index = {(r.name, a.name): a.index for r in residues for a in r.atoms()}
-    rot, shift = _kabsch(xyz[[index["ACE", "C"], index["ALA", "N"], index["ALA", "CA"]]],
-                         xyz[[index["ALA", "C"], index["NME", "N"], index["NME", "C"]]])
+    rot, shift = _kabsch(
+        xyz[[index["ACE", "C"], index["ALA", "N"], index["ALA", "CA"]]],
+        xyz[[index["ALA", "C"], index["NME", "N"], index["NME", "C"]]],
+    )
     new, coords = app.Topology(), []
     chain = new.addChain()
     placed: dict[tuple[int, str], object] = {}
@@ -135,8 +137,12 @@ def create_system(topology, forcefield: str):
     from openmm import app, unit
 
     spec = FORCEFIELDS[forcefield]
-    kwargs = {"nonbondedMethod": getattr(app, spec.nonbonded), "constraints": None, "rigidWater": False,
-              "removeCMMotion": False}
+    kwargs = {
+        "nonbondedMethod": getattr(app, spec.nonbonded),
+        "constraints": None,
+        "rigidWater": False,
+        "removeCMMotion": False,
+    }
     if spec.cutoff_nm is not None:
         kwargs["nonbondedCutoff"] = spec.cutoff_nm * unit.nanometer
     return app.ForceField(*spec.files).createSystem(topology, **kwargs)
@@ -186,16 +192,28 @@ class OpenMMEnergy:
 # ----------------------------------------------------------------------------- MD
 
 
-def run_md(system: str, forcefield: str, steps: int, save_every: int, timestep_fs: float, friction_per_ps: float,
-           minimise_iterations: int, equilibration_steps: int, seed: int, platform: str, progress=None):
+def run_md(
+    system: str,
+    forcefield: str,
+    steps: int,
+    save_every: int,
+    timestep_fs: float,
+    friction_per_ps: float,
+    minimise_iterations: int,
+    equilibration_steps: int,
+    seed: int,
+    platform: str,
+    progress=None,
+):
     """Seeded Langevin MD; minimisation and equilibration are discarded. Returns (topology, frames nm, meta)."""
     import openmm
     from openmm import unit
 
     topology, start = build_topology(system)
     temperature = FORCEFIELDS[forcefield].temperature_k
-    integrator = openmm.LangevinMiddleIntegrator(temperature * unit.kelvin, friction_per_ps / unit.picosecond,
-                                                 timestep_fs * unit.femtosecond)
+    integrator = openmm.LangevinMiddleIntegrator(
+        temperature * unit.kelvin, friction_per_ps / unit.picosecond, timestep_fs * unit.femtosecond
+    )
     integrator.setRandomNumberSeed(1 + seed)  # 0 would mean "pick a random seed" in OpenMM
     context = make_context(create_system(topology, forcefield), integrator, platform)
     context.setPositions(start)
@@ -207,12 +225,24 @@ def run_md(system: str, forcefield: str, steps: int, save_every: int, timestep_f
     for _ in progress(chunks) if progress else chunks:
         integrator.step(save_every)
         frames.append(context.getState(getPositions=True).getPositions(asNumpy=True)._value)
-    meta = {"system": system, "forcefield": forcefield, "forcefield_files": list(FORCEFIELDS[forcefield].files),
-            "nonbonded": FORCEFIELDS[forcefield].nonbonded, "temperature_k": temperature,
-            "timestep_fs": timestep_fs, "friction_per_ps": friction_per_ps, "save_every": save_every,
-            "production_steps": steps, "equilibration_steps": equilibration_steps,
-            "minimise_iterations": minimise_iterations, "seed": seed, "platform": platform,
-            "integrator": "LangevinMiddleIntegrator", "constraints": None, "source": "openmm-md"}
+    meta = {
+        "system": system,
+        "forcefield": forcefield,
+        "forcefield_files": list(FORCEFIELDS[forcefield].files),
+        "nonbonded": FORCEFIELDS[forcefield].nonbonded,
+        "temperature_k": temperature,
+        "timestep_fs": timestep_fs,
+        "friction_per_ps": friction_per_ps,
+        "save_every": save_every,
+        "production_steps": steps,
+        "equilibration_steps": equilibration_steps,
+        "minimise_iterations": minimise_iterations,
+        "seed": seed,
+        "platform": platform,
+        "integrator": "LangevinMiddleIntegrator",
+        "constraints": None,
+        "source": "openmm-md",
+    }
     return topology, np.asarray(frames, dtype=np.float32), meta
 
 
@@ -242,8 +272,10 @@ def load_user_trajectory(trajectory: Path, topology_pdb: Path) -> tuple[object, 
         xyz = mdtraj.load(str(trajectory), top=str(topology_pdb)).xyz
     xyz = np.asarray(xyz, dtype=np.float32)
     if xyz.ndim != 3 or xyz.shape[1:] != (topology.getNumAtoms(), 3):
-        raise ValueError(f"{trajectory}: coordinates of shape {xyz.shape}, expected (frames, "
-                         f"{topology.getNumAtoms()}, 3) for topology {topology_pdb}")
+        raise ValueError(
+            f"{trajectory}: coordinates of shape {xyz.shape}, expected (frames, "
+            f"{topology.getNumAtoms()}, 3) for topology {topology_pdb}"
+        )
     if not np.isfinite(xyz).all():
         raise ValueError(f"{trajectory}: coordinates are not all finite")
     return topology, xyz
@@ -262,8 +294,14 @@ def write_system(folder: Path, topology, frames_nm: np.ndarray, meta: dict, plat
     (folder / "topology.pdb").write_text(pdb_text(topology, frames_nm[0].astype(np.float64)))
     np.save(folder / "coordinates.npy", frames_nm)
     np.save(folder / "energies.npy", energies)
-    meta = {**meta, "n_frames": int(len(frames_nm)), "n_atoms": int(frames_nm.shape[1]),
-            "energy_unit": "kT", "length_unit": "nm", "mean_energy_kt": float(energies.mean())}
+    meta = {
+        **meta,
+        "n_frames": int(len(frames_nm)),
+        "n_atoms": int(frames_nm.shape[1]),
+        "energy_unit": "kT",
+        "length_unit": "nm",
+        "mean_energy_kt": float(energies.mean()),
+    }
     (folder / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True))
     return meta
 
@@ -283,10 +321,17 @@ def read_system(root: Path, system: str) -> PeptideData:
     folder = Path(root) / system
     if not (folder / "coordinates.npy").is_file():
         available = sorted(p.parent.name for p in Path(root).glob("*/coordinates.npy"))
-        raise FileNotFoundError(f"system {system!r} is not in the dataset at {root} (has: {available}); "
-                                f"add it to data.systems and prepare again")
-    return PeptideData(system, read_topology(folder / "topology.pdb"), np.load(folder / "coordinates.npy"),
-                       np.load(folder / "energies.npy"), json.loads((folder / "meta.json").read_text()))
+        raise FileNotFoundError(
+            f"system {system!r} is not in the dataset at {root} (has: {available}); "
+            f"add it to data.systems and prepare again"
+        )
+    return PeptideData(
+        system,
+        read_topology(folder / "topology.pdb"),
+        np.load(folder / "coordinates.npy"),
+        np.load(folder / "energies.npy"),
+        json.loads((folder / "meta.json").read_text()),
+    )
 
 
 # ----------------------------------------------------------------------------- geometry

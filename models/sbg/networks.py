@@ -69,8 +69,9 @@ class Layer(nn.Module):
 class MetaBlock(nn.Module):
     """One autoregressive affine transform in a fixed token order (``reverse_order`` flips it)."""
 
-    def __init__(self, n_tokens: int, channels: int, width: int, layers: int, head_dim: int, mlp_ratio: int,
-                 reverse_order: bool) -> None:
+    def __init__(
+        self, n_tokens: int, channels: int, width: int, layers: int, head_dim: int, mlp_ratio: int, reverse_order: bool
+    ) -> None:
         super().__init__()
         self.reverse_order = reverse_order
         self.proj_in = nn.Linear(channels, width)
@@ -121,8 +122,16 @@ class MetaBlock(nn.Module):
 class TarFlow(nn.Module):
     """Flow over (batch, atoms, 3) coordinates flattened into ``3 * atoms / channels`` tokens."""
 
-    def __init__(self, n_atoms: int, width: int = 64, blocks: int = 2, layers_per_block: int = 2,
-                 head_dim: int = 32, mlp_ratio: int = 4, channels: int = 1) -> None:
+    def __init__(
+        self,
+        n_atoms: int,
+        width: int = 64,
+        blocks: int = 2,
+        layers_per_block: int = 2,
+        head_dim: int = 32,
+        mlp_ratio: int = 4,
+        channels: int = 1,
+    ) -> None:
         super().__init__()
         if (3 * n_atoms) % channels:
             raise ValueError(f"3 * n_atoms = {3 * n_atoms} is not divisible into tokens of {channels} channels")
@@ -182,8 +191,15 @@ class BoltzmannGenerator(nn.Module):
     aligned).
     """
 
-    def __init__(self, n_atoms: int, *, rotation: str = "aligned", rotation_sigma: float = 0.1,
-                 com_density: str = "chi3", **flow_kwargs) -> None:
+    def __init__(
+        self,
+        n_atoms: int,
+        *,
+        rotation: str = "aligned",
+        rotation_sigma: float = 0.1,
+        com_density: str = "chi3",
+        **flow_kwargs,
+    ) -> None:
         super().__init__()
         if rotation not in ("random", "aligned"):
             raise ValueError(f"rotation must be 'random' or 'aligned', not {rotation!r}")
@@ -292,8 +308,17 @@ class BoltzmannGenerator(nn.Module):
 def quaternion_matrix(q: torch.Tensor) -> torch.Tensor:
     """Unit quaternions (w, x, y, z) -> rotation matrices; uniform q gives Haar-uniform rotations."""
     w, x, y, z = q.unbind(-1)
-    return torch.stack([
-        1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-        2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-        2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-    ], -1).view(*q.shape[:-1], 3, 3)
+    return torch.stack(
+        [
+            1 - 2 * (y * y + z * z),
+            2 * (x * y - w * z),
+            2 * (x * z + w * y),
+            2 * (x * y + w * z),
+            1 - 2 * (x * x + z * z),
+            2 * (y * z - w * x),
+            2 * (x * z - w * y),
+            2 * (y * z + w * x),
+            1 - 2 * (x * x + y * y),
+        ],
+        -1,
+    ).view(*q.shape[:-1], 3, 3)

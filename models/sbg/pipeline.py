@@ -67,8 +67,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import ClaimResult, DatasetRef, Metrics, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
 from models.common import verdicts as V
-from models.common.runtime import set_threads, show_progress
 from models.common.plotting import pyplot, save
+from models.common.runtime import set_threads, show_progress
 from models.sbg import algorithm as alg
 from models.sbg import data as data_mod
 from models.sbg.networks import BoltzmannGenerator
@@ -93,30 +93,56 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
     for system in d.systems:
         forcefield = data_mod.SYSTEM_FORCEFIELD["aldp"] if system == "aldp" else d.larger_peptide_forcefield
         topology, frames, meta = data_mod.run_md(
-            system, forcefield, d.md_steps, d.save_every, d.timestep_fs, d.friction_per_ps, d.minimise_iterations,
-            d.equilibration_steps, cfg.seed, d.platform, progress=_progress(f"MD {system}"))
+            system,
+            forcefield,
+            d.md_steps,
+            d.save_every,
+            d.timestep_fs,
+            d.friction_per_ps,
+            d.minimise_iterations,
+            d.equilibration_steps,
+            cfg.seed,
+            d.platform,
+            progress=_progress(f"MD {system}"),
+        )
         systems[system] = data_mod.write_system(Path(data_dir) / system, topology, frames, meta, d.platform)
     if d.user_trajectory:
         trajectory, topology_pdb = user_data_path(d.user_trajectory), user_data_path(d.user_topology)
         topology, frames = data_mod.load_user_trajectory(trajectory, topology_pdb)
-        meta = {"system": "user", "forcefield": d.user_forcefield, "source": str(d.user_trajectory),
-                "topology_source": str(d.user_topology),
-                "temperature_k": data_mod.FORCEFIELDS[d.user_forcefield].temperature_k}
+        meta = {
+            "system": "user",
+            "forcefield": d.user_forcefield,
+            "source": str(d.user_trajectory),
+            "topology_source": str(d.user_topology),
+            "temperature_k": data_mod.FORCEFIELDS[d.user_forcefield].temperature_k,
+        }
         systems["user"] = data_mod.write_system(Path(data_dir) / "user", topology, frames, meta, d.platform)
     import openmm
 
-    parts = [f"OpenMM {openmm.__version__} Langevin MD from seed {cfg.seed} ({d.md_steps} steps x {d.timestep_fs:g} fs, "
-             f"every {d.save_every}) of {', '.join(d.systems)}"] if d.systems else []
+    parts = (
+        [
+            f"OpenMM {openmm.__version__} Langevin MD from seed {cfg.seed} ({d.md_steps} steps x {d.timestep_fs:g} fs, "
+            f"every {d.save_every}) of {', '.join(d.systems)}"
+        ]
+        if d.systems
+        else []
+    )
     if d.user_trajectory:
         parts.append(f"user trajectory data/{d.user_trajectory} with topology data/{d.user_topology}")
     # A user's trajectory is recorded MD (real); the frames simulated here are generated from the seed.
     source = "real" if d.user_trajectory else "synthetic"
     system_sources = {**{k: "synthetic" for k in d.systems}, **({"user": "real"} if d.user_trajectory else {})}
-    return write_manifest(data_dir, meta={
-        **dataset_meta(source, "; ".join(parts), system_sources=system_sources),
-        "generator": "openmm-md" if d.systems else "user-trajectory", "synthetic": bool(d.systems),
-        "systems": sorted(systems), **{f"{k}_frames": v["n_frames"] for k, v in systems.items()},
-        **{f"{k}_atoms": v["n_atoms"] for k, v in systems.items()}})
+    return write_manifest(
+        data_dir,
+        meta={
+            **dataset_meta(source, "; ".join(parts), system_sources=system_sources),
+            "generator": "openmm-md" if d.systems else "user-trajectory",
+            "synthetic": bool(d.systems),
+            "systems": sorted(systems),
+            **{f"{k}_frames": v["n_frames"] for k, v in systems.items()},
+            **{f"{k}_atoms": v["n_atoms"] for k, v in systems.items()},
+        },
+    )
 
 
 def split_frames(n: int, holdout_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -131,9 +157,18 @@ def split_frames(n: int, holdout_fraction: float, seed: int) -> tuple[np.ndarray
 
 def build_model(cfg, n_atoms: int) -> BoltzmannGenerator:
     f = cfg.flow
-    return BoltzmannGenerator(n_atoms, rotation=f.rotation, rotation_sigma=f.rotation_sigma,
-                              com_density=f.com_density, channels=f.channels, width=f.width, blocks=f.blocks,
-                              layers_per_block=f.layers_per_block, head_dim=f.head_dim, mlp_ratio=f.mlp_ratio)
+    return BoltzmannGenerator(
+        n_atoms,
+        rotation=f.rotation,
+        rotation_sigma=f.rotation_sigma,
+        com_density=f.com_density,
+        channels=f.channels,
+        width=f.width,
+        blocks=f.blocks,
+        layers_per_block=f.layers_per_block,
+        head_dim=f.head_dim,
+        mlp_ratio=f.mlp_ratio,
+    )
 
 
 # ----------------------------------------------------------------------------- training
@@ -169,9 +204,14 @@ def _lightning_module(model: BoltzmannGenerator, t, total_steps: int):
 
         def configure_optimizers(self):
             opt = torch.optim.AdamW(self.model.parameters(), lr=t.lr, betas=t.betas, weight_decay=t.weight_decay)
-            sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=t.lr, total_steps=total_steps,
-                                                        pct_start=t.warmup_fraction, anneal_strategy="cos",
-                                                        div_factor=t.div_factor)
+            sched = torch.optim.lr_scheduler.OneCycleLR(
+                opt,
+                max_lr=t.lr,
+                total_steps=total_steps,
+                pct_start=t.warmup_fraction,
+                anneal_strategy="cos",
+                div_factor=t.div_factor,
+            )
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     return FlowModule()
@@ -196,16 +236,30 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     val_loader = DataLoader(TensorDataset(x_val.float()), batch_size=len(x_val))
     module = _lightning_module(model, t, total_steps=t.epochs * len(loader))
     started = time.perf_counter()
-    history = fit(module, loader, val_loader, max_epochs=t.epochs, seed=cfg.seed, variant="TarFlow (MLE)",
-                  accelerator=cfg.accelerator)
+    history = fit(
+        module,
+        loader,
+        val_loader,
+        max_epochs=t.epochs,
+        seed=cfg.seed,
+        variant="TarFlow (MLE)",
+        accelerator=cfg.accelerator,
+    )
     seconds = time.perf_counter() - started
     model = model.cpu()
     torch.save(model.state_dict(), Path(out_dir) / "flow.pt")
     with torch.no_grad():
-        final = {f"{k}_nll_ema": float(-model.log_prob(model.augment(x.float())).mean() / x[0].numel())
-                 for k, x in (("train", x_train), ("val", x_val))}
-    summary = {"flow_seconds": seconds, "flow_params": float(sum(p.numel() for p in model.parameters())),
-               "train_frames": float(len(train_idx)), "scale_nm": float(model.scale), **final}
+        final = {
+            f"{k}_nll_ema": float(-model.log_prob(model.augment(x.float())).mean() / x[0].numel())
+            for k, x in (("train", x_train), ("val", x_val))
+        }
+    summary = {
+        "flow_seconds": seconds,
+        "flow_params": float(sum(p.numel() for p in model.parameters())),
+        "train_frames": float(len(train_idx)),
+        "scale_nm": float(model.scale),
+        **final,
+    }
     # The baseline (SNIS) shares this flow: one learning curve.
     return TrainedArtifacts(Path(out_dir), {"method": history}, summary)
 
@@ -272,16 +326,20 @@ def _sample_metrics(x_nm: np.ndarray, energies: np.ndarray, ref: dict, geometry:
     angles = _angles(fixed[keep], geometry)
     e = energies[keep]
     s = cfg.sampler
-    return {
-        "energy_w2": alg.wasserstein_1d(e, ref["energies"], 2),
-        "energy_w1": alg.wasserstein_1d(e, ref["energies"], 1),
-        "energy_mean": float(e.mean()),
-        "energy_median": float(np.median(e)),
-        "torus_w2": alg.torus_w2(angles, ref["angles"], s.torus_points, rng),
-        "phi_psi_jsd": alg.histogram_jsd(_pairs(angles), _pairs(ref["angles"]), s.jsd_bins),
-        "chirality_wrong_rate": float(wrong.mean()),
-        "chirality_unfixable_rate": float(unfixable.mean()),
-    }, fixed[keep], angles
+    return (
+        {
+            "energy_w2": alg.wasserstein_1d(e, ref["energies"], 2),
+            "energy_w1": alg.wasserstein_1d(e, ref["energies"], 1),
+            "energy_mean": float(e.mean()),
+            "energy_median": float(np.median(e)),
+            "torus_w2": alg.torus_w2(angles, ref["angles"], s.torus_points, rng),
+            "phi_psi_jsd": alg.histogram_jsd(_pairs(angles), _pairs(ref["angles"]), s.jsd_bins),
+            "chirality_wrong_rate": float(wrong.mean()),
+            "chirality_unfixable_rate": float(unfixable.mean()),
+        },
+        fixed[keep],
+        angles,
+    )
 
 
 def _angles(x_nm: np.ndarray, geometry: dict) -> np.ndarray:
@@ -303,13 +361,19 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
     energies = Energies(model, target)
     phi, psi = data_mod.backbone_dihedral_indices(pep.topology)
     centres = data_mod.chiral_centres(pep.topology)
-    geometry = {"phi": phi, "psi": psi, "centres": centres,
-                "chirality": alg.chirality_signs(pep.coordinates[:1].astype(np.float64), centres)[0]}
+    geometry = {
+        "phi": phi,
+        "psi": psi,
+        "centres": centres,
+        "chirality": alg.chirality_signs(pep.coordinates[:1].astype(np.float64), centres)[0],
+    }
     held = pep.coordinates[hold_idx].astype(np.float64)
     ref = {"energies": pep.energies[hold_idx], "angles": _angles(held, geometry)}
     s = cfg.sampler
-    values: dict[str, float] = {"md/energy_mean": float(ref["energies"].mean()),
-                                "md/n_frames_heldout": float(len(hold_idx))}
+    values: dict[str, float] = {
+        "md/energy_mean": float(ref["energies"].mean()),
+        "md/n_frames_heldout": float(len(hold_idx)),
+    }
     per_seed: dict[str, list[float]] = {}
     shown = {}
     for k in range(s.n_seeds):
@@ -327,9 +391,17 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
         results = {"proposal": (energies.x_nm(y[finite]), e_target[finite].numpy())}
         is_result = alg.snis(y0, es0, et0, generator)
         results["baseline"] = (energies.x_nm(is_result.samples), is_result.energies.numpy())
-        smc_result = alg.smc(y0, energies.source, energies, steps=s.annealing_steps, eps=s.eps,
-                             ess_threshold=s.ess_threshold, metropolis=s.metropolis, generator=generator,
-                             progress=_progress(f"SMC seed {seed}"))
+        smc_result = alg.smc(
+            y0,
+            energies.source,
+            energies,
+            steps=s.annealing_steps,
+            eps=s.eps,
+            ess_threshold=s.ess_threshold,
+            metropolis=s.metropolis,
+            generator=generator,
+            progress=_progress(f"SMC seed {seed}"),
+        )
         results["method"] = (energies.x_nm(smc_result.samples), smc_result.energies.numpy())
         seed_values = {
             "proposal/nonfinite_rate": float((~finite).double().mean()),
@@ -358,8 +430,9 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
             values[f"{variant}/energy_w2_seed{cfg.seed + k}"] = w2
             values[f"{variant}/energy_mean_gap_seed{cfg.seed + k}"] = gap
         values[f"{variant}/energy_mean_gap"] = float(np.median(gaps))
-    checks = _flow_checks(model, model.whiten(model.standardise(torch.as_tensor(held[:8]))).float(),
-                          cfg.jacobian_samples)
+    checks = _flow_checks(
+        model, model.whiten(model.standardise(torch.as_tensor(held[:8]))).float(), cfg.jacobian_samples
+    )
     values.update({f"check/{k}": v for k, v in checks.items()})
     values["check/md_energies_finite"] = float(np.isfinite(pep.energies).all())
     values["check/energy_calls"] = float(target.calls)
@@ -390,8 +463,14 @@ def _figures(out_dir: Path, artifacts: TrainedArtifacts, ref: dict, shown: dict)
     hi = min(np.percentile(finite, 99), ref["energies"].max() + 200)
     bins = np.linspace(ref["energies"].min() - 10, hi, 60)
     for key, e in energy_sets.items():
-        ax.hist(np.clip(e[np.isfinite(e)], bins[0], bins[-1]), bins=bins, density=True, histtype="step", lw=1.5,
-                label=LABELS[key])
+        ax.hist(
+            np.clip(e[np.isfinite(e)], bins[0], bins[-1]),
+            bins=bins,
+            density=True,
+            histtype="step",
+            lw=1.5,
+            label=LABELS[key],
+        )
     ax.set_xlabel("energy U/kT (clipped)")
     ax.set_ylabel("density")
     ax.legend()
@@ -438,18 +517,34 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
     # "SMC < SNIS" as the mean over sampling seeds of the paired difference SMC - SNIS < 0 (t-interval): with
     # 3 seeds a bootstrap of the medians has only 10 distinct resamples, so the medians stay as figures.
     criteria = [
-        V.difference_criterion("energy_w2_smc_minus_snis", "energy-W2 to held-out MD: SMC - SNIS (kT)",
-                               *per_seed("energy_w2"), 0.0, "<", units="sampling seeds"),
-        V.difference_criterion("energy_mean_gap_smc_minus_snis",
-                               "|mean energy - MD mean energy|: SMC - SNIS (kT)",
-                               *per_seed("energy_mean_gap"), 0.0, "<", units="sampling seeds"),
+        V.difference_criterion(
+            "energy_w2_smc_minus_snis",
+            "energy-W2 to held-out MD: SMC - SNIS (kT)",
+            *per_seed("energy_w2"),
+            0.0,
+            "<",
+            units="sampling seeds",
+        ),
+        V.difference_criterion(
+            "energy_mean_gap_smc_minus_snis",
+            "|mean energy - MD mean energy|: SMC - SNIS (kT)",
+            *per_seed("energy_mean_gap"),
+            0.0,
+            "<",
+            units="sampling seeds",
+        ),
     ]
     figures = {
-        "energy_w2_smc": w2_method, "energy_w2_snis": w2_base,
-        "energy_mean_gap_smc": gap_method, "energy_mean_gap_snis": gap_base,
-        "torus_w2_smc": v["method/torus_w2"], "torus_w2_snis": v["baseline/torus_w2"],
-        "ess_snis": v["baseline/ess"], "ess_smc_final": v["method/ess_final"],
-        "invert_max_abs": v["check/invert_max_abs"], "logdet_max_abs_err": v["check/logdet_max_abs_err"],
+        "energy_w2_smc": w2_method,
+        "energy_w2_snis": w2_base,
+        "energy_mean_gap_smc": gap_method,
+        "energy_mean_gap_snis": gap_base,
+        "torus_w2_smc": v["method/torus_w2"],
+        "torus_w2_snis": v["baseline/torus_w2"],
+        "ess_snis": v["baseline/ess"],
+        "ess_smc_final": v["method/ess_final"],
+        "invert_max_abs": v["check/invert_max_abs"],
+        "logdet_max_abs_err": v["check/logdet_max_abs_err"],
     }
     sanity = {
         "flow_invertible_1e-4": v["check/invert_max_abs"] <= 1e-4,
@@ -458,14 +553,18 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         "openmm_energies_finite": v["check/md_energies_finite"] == 1.0
         and all(math.isfinite(v[f"{k}/energy_mean"]) for k in ("method", "baseline")),
     }
-    statement = (f"SBG's SMC beats SNIS on the same TarFlow proposals ({cfg.system}): over "
-                 f"{cfg.sampler.n_seeds} paired sampling seeds, energy-W2 to held-out MD SMC < SNIS, and SMC's "
-                 f"mean energy closer to MD's")
-    notes = (f"intervals over {len(seeds)} sampling seeds of one trained flow (flow-training noise not covered); "
-             f"medians: E-W2 SMC {w2_method:.2f} vs SNIS {w2_base:.2f} kT; |mean E - MD| SMC {gap_method:.2f} vs SNIS "
-             f"{gap_base:.2f} kT; median proposal energy {v['proposal/energy_median']:.1f} kT vs MD mean "
-             f"{v['md/energy_mean']:.1f} kT; ESS SNIS {v['baseline/ess']:.4f}; distinct proposals among the final "
-             f"samples SNIS {v['baseline/unique_fraction']:.4f}, SMC {v['method/unique_fraction']:.4f} (1/N means a "
-             f"single surviving lineage); torus-W2 (information only: short MD does not sample every basin) "
-             f"SMC {v['method/torus_w2']:.3f} vs SNIS {v['baseline/torus_w2']:.3f} rad.")
+    statement = (
+        f"SBG's SMC beats SNIS on the same TarFlow proposals ({cfg.system}): over "
+        f"{cfg.sampler.n_seeds} paired sampling seeds, energy-W2 to held-out MD SMC < SNIS, and SMC's "
+        f"mean energy closer to MD's"
+    )
+    notes = (
+        f"intervals over {len(seeds)} sampling seeds of one trained flow (flow-training noise not covered); "
+        f"medians: E-W2 SMC {w2_method:.2f} vs SNIS {w2_base:.2f} kT; |mean E - MD| SMC {gap_method:.2f} vs SNIS "
+        f"{gap_base:.2f} kT; median proposal energy {v['proposal/energy_median']:.1f} kT vs MD mean "
+        f"{v['md/energy_mean']:.1f} kT; ESS SNIS {v['baseline/ess']:.4f}; distinct proposals among the final "
+        f"samples SNIS {v['baseline/unique_fraction']:.4f}, SMC {v['method/unique_fraction']:.4f} (1/N means a "
+        f"single surviving lineage); torus-W2 (information only: short MD does not sample every basin) "
+        f"SMC {v['method/torus_w2']:.3f} vs SNIS {v['baseline/torus_w2']:.3f} rad."
+    )
     return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Callable
+from collections.abc import Callable
 
 import lightning as L
 import torch
@@ -72,8 +72,9 @@ class VolumeSet(Dataset):
 
 def random_batches(dataset: Dataset, batch_size: int, n_batches: int, seed: int) -> DataLoader:
     """``n_batches`` batches drawn with replacement, one index fetch per batch."""
-    sampler = RandomSampler(dataset, replacement=True, num_samples=batch_size * n_batches,
-                            generator=torch.Generator().manual_seed(seed))
+    sampler = RandomSampler(
+        dataset, replacement=True, num_samples=batch_size * n_batches, generator=torch.Generator().manual_seed(seed)
+    )
     return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=True), batch_size=None)
 
 
@@ -190,8 +191,16 @@ def pool_zero_projection(x: torch.Tensor, factor: int) -> torch.Tensor:
     return x - pooled.repeat_interleave(factor, 2).repeat_interleave(factor, 3).repeat_interleave(factor, 4)
 
 
-def sample(eps_fn: EpsFn, schedule: DDPMSchedule, x_T: torch.Tensor, steps: int, eta: float = 0.0,
-           self_consistency: bool = True, pool: int = 2, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(
+    eps_fn: EpsFn,
+    schedule: DDPMSchedule,
+    x_T: torch.Tensor,
+    steps: int,
+    eta: float = 0.0,
+    self_consistency: bool = True,
+    pool: int = 2,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """DDIM (the shared sampler) with a model epsilon ``eps_fn(x_t, t)``.
 
     With ``self_consistency`` the model is wrapped into an x0-predictor whose x0_hat is projected so
@@ -207,8 +216,9 @@ def sample(eps_fn: EpsFn, schedule: DDPMSchedule, x_T: torch.Tensor, steps: int,
     return ddim_sample(x0_fn, schedule, x_T, steps, eta=eta, prediction="x0", generator=generator)
 
 
-def tpdm_eps(model: ScoreFusion, cond: torch.Tensor, probs: tuple[float, float, float],
-             generator: torch.Generator) -> tuple[EpsFn, list[int]]:
+def tpdm_eps(
+    model: ScoreFusion, cond: torch.Tensor, probs: tuple[float, float, float], generator: torch.Generator
+) -> tuple[EpsFn, list[int]]:
     """TPDM: at every sampler call one slice direction, drawn with ``probs``, supplies epsilon.
     Returns the epsilon function and the list that records the drawn axes."""
     drawn: list[int] = []
@@ -244,7 +254,7 @@ def ssim3d(x: torch.Tensor, ref: torch.Tensor, window: int = 7, data_range: floa
     Inputs (B, D, H, W) in [-1, 1] are rescaled to [0, 1] first (data_range 1).
     """
     a, b = ((x.clamp(-1, 1) + 1) / 2)[:, None].double(), ((ref + 1) / 2)[:, None].double()
-    mean = lambda v: F.avg_pool3d(v, window, 1)  # noqa: E731  (valid positions = skimage's cropped map)
+    mean = lambda v: F.avg_pool3d(v, window, 1)  # (valid positions = skimage's cropped map)
     n = window**3
     cov_norm = n / (n - 1)
     ux, uy = mean(a), mean(b)

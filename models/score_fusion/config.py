@@ -44,7 +44,7 @@ class DataConfig(StrictModel):
     nifti_train_fraction: float = Field(0.8, gt=0, lt=1)  # the official split: first 80% of sorted subjects
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if any(s % self.pool for s in self.shape):
             raise ValueError(f"every edge of shape {self.shape} must be divisible by pool={self.pool}")
         if not (1 <= self.ellipsoids[0] <= self.ellipsoids[1] and 0 <= self.tubes[0] <= self.tubes[1]):
@@ -111,7 +111,7 @@ class EvalConfig(StrictModel):
     chunk: int = Field(32, ge=1, le=500)  # volumes per forward batch in evaluation
 
     @model_validator(mode="after")
-    def _check(self) -> "EvalConfig":
+    def _check(self) -> EvalConfig:
         if min(self.tpdm_probs) < 0 or abs(sum(self.tpdm_probs) - 1) > 1e-6:
             raise ValueError("tpdm_probs must be non-negative and sum to 1")
         return self
@@ -188,11 +188,12 @@ class Config(MethodConfig):
     precision: Literal["32-true", "16-mixed", "bf16-mixed"] = "32-true"
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         if self.eval.sample_volumes > self.data.n_test:
             raise ValueError("eval.sample_volumes must not exceed data.n_test")
-        if self.fusion_train.crop and (self.fusion_train.crop % self.data.pool
-                                       or self.fusion_train.crop > min(self.data.shape)):
+        if self.fusion_train.crop and (
+            self.fusion_train.crop % self.data.pool or self.fusion_train.crop > min(self.data.shape)
+        ):
             raise ValueError("fusion_train.crop must be a multiple of data.pool and fit inside data.shape")
         for name, net in (("slice_net", self.slice_net), ("fusion_net", self.fusion_net)):
             if net.arch == "unet":

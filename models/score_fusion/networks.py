@@ -44,12 +44,16 @@ class ConvEpsNet(nn.Module):
         conv = _conv(dims)
         self.dims, self.width, self.time_dim, self.hidden = dims, cfg.width, cfg.time_dim, cfg.layers - 1
         self.convs = nn.ModuleList(
-            [conv(in_ch if i == 0 else cfg.width, cfg.width, 3, padding=1) for i in range(self.hidden)])
+            [conv(in_ch if i == 0 else cfg.width, cfg.width, 3, padding=1) for i in range(self.hidden)]
+        )
         self.out = conv(cfg.width, out_ch, 3, padding=1)
         if zero_last:
             zero_module(self.out)
-        self.film = nn.Sequential(nn.Linear(cfg.time_dim, 2 * cfg.time_dim), nn.SiLU(),
-                                  nn.Linear(2 * cfg.time_dim, 2 * cfg.width * self.hidden))
+        self.film = nn.Sequential(
+            nn.Linear(cfg.time_dim, 2 * cfg.time_dim),
+            nn.SiLU(),
+            nn.Linear(2 * cfg.time_dim, 2 * cfg.width * self.hidden),
+        )
 
     def forward(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         film = self.film(sinusoidal_embedding(t, self.time_dim)).view(len(x), self.hidden, 2, self.width)
@@ -73,8 +77,12 @@ class ResBlock(nn.Module):
         self.dims = dims
         self.in_layers = nn.Sequential(nn.GroupNorm(_groups(cin), cin), nn.SiLU(), conv(cin, cout, 3, padding=1))
         self.emb = nn.Sequential(nn.SiLU(), nn.Linear(emb, cout))
-        self.out_layers = nn.Sequential(nn.GroupNorm(_groups(cout), cout), nn.SiLU(), nn.Dropout(dropout),
-                                        zero_module(conv(cout, cout, 3, padding=1)))
+        self.out_layers = nn.Sequential(
+            nn.GroupNorm(_groups(cout), cout),
+            nn.SiLU(),
+            nn.Dropout(dropout),
+            zero_module(conv(cout, cout, 3, padding=1)),
+        )
         self.skip = nn.Identity() if cin == cout else conv(cin, cout, 1)
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
@@ -105,7 +113,7 @@ class UNet(nn.Module):
                 skips.append(ch)
         self.mid = nn.ModuleList([ResBlock(dims, ch, ch, emb, cfg.dropout) for _ in range(2)])
         for level, mult in reversed(list(enumerate(cfg.mults))):
-            for i in range(cfg.res_blocks + 1):
+            for _i in range(cfg.res_blocks + 1):
                 self.up.append(ResBlock(dims, ch + skips.pop(), cfg.width * mult, emb, cfg.dropout))
                 ch = cfg.width * mult
             if level > 0:
@@ -190,8 +198,12 @@ class SliceModel(nn.Module):
         """(N, in_channels, P, Q) slice inputs and (N,) steps -> (N, 1, P, Q) epsilon."""
         if not self.slice_batch or len(inputs) <= self.slice_batch:
             return self.net(inputs, t)
-        return torch.cat([self.net(inputs[i:i + self.slice_batch], t[i:i + self.slice_batch])
-                          for i in range(0, len(inputs), self.slice_batch)])
+        return torch.cat(
+            [
+                self.net(inputs[i : i + self.slice_batch], t[i : i + self.slice_batch])
+                for i in range(0, len(inputs), self.slice_batch)
+            ]
+        )
 
     def forward(self, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """(B, 1, D, H, W) noisy volume, its conditioning and (B,) steps -> (B, 1, D, H, W) epsilon field."""
@@ -244,8 +256,9 @@ class ScoreFusion(nn.Module):
     def weights(self, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
         return self.fusion(torch.cat([x_t, cond[:, :1], eps], 1), t)
 
-    def forward(self, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor,
-                eps: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor, eps: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """The fused epsilon (B, 1, D, H, W); pass ``eps`` (from ``eps_2d``) to reuse the 2-D passes."""
         eps = self.eps_2d(x_t, cond, t) if eps is None else eps
         return fuse(eps, self.weights(x_t, cond, t, eps))

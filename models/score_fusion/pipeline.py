@@ -62,7 +62,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
+from models.base import (
+    ClaimResult,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
+)
 from models.common import plotting, runtime
 from models.common import verdicts as V
 from models.common.arrays import save_npz
@@ -117,16 +126,19 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         generator = "random ellipsoids + axis-aligned tubes, Gaussian-smoothed, min-max to [-1, 1]"
         source, provenance = "synthetic", f"{shape} phantoms from seed {cfg.seed}: {generator}"
     save_npz(data_dir / FILE, **arrays)
-    return write_manifest(data_dir, meta={
-        **dataset_meta(source, f"{provenance}; LR = {cfg.data.pool}x average pool, nearest upsample"),
-        "generator": generator,
-        "synthetic": not cfg.data.nifti_dir,
-        "seed": cfg.seed,
-        "n_train": int(len(arrays["hr_train"])),
-        "n_test": int(len(arrays["hr_test"])),
-        "shape": list(cfg.data.shape),
-        "degradation": f"{cfg.data.pool}x average pool, nearest upsample",
-    })
+    return write_manifest(
+        data_dir,
+        meta={
+            **dataset_meta(source, f"{provenance}; LR = {cfg.data.pool}x average pool, nearest upsample"),
+            "generator": generator,
+            "synthetic": not cfg.data.nifti_dir,
+            "seed": cfg.seed,
+            "n_train": int(len(arrays["hr_train"])),
+            "n_test": int(len(arrays["hr_test"])),
+            "shape": list(cfg.data.shape),
+            "degradation": f"{cfg.data.pool}x average pool, nearest upsample",
+        },
+    )
 
 
 def load_arrays(data: DatasetRef) -> dict[str, torch.Tensor]:
@@ -162,10 +174,16 @@ def train_slice_model(cfg: Config, axis: int, arrays: dict, schedule: DDPMSchedu
     train_set = SliceSet(arrays["hr_train"] - arrays["lr_train"], arrays["lr_train"], axis, k)
     val_set = SliceSet(arrays["hr_test"] - arrays["lr_test"], arrays["lr_test"], axis, k)
     per_epoch = min(tc.epoch_steps, tc.steps)
-    records = fit(module, random_batches(train_set, tc.batch_size, per_epoch, seed),
-                  whole_batches(val_set, max(tc.batch_size, 256)),
-                  max_epochs=math.ceil(tc.steps / per_epoch), max_steps=tc.steps, seed=seed,
-                  variant=f"2-D {AXIS_NAMES[axis]}", **trainer_kwargs(cfg))
+    records = fit(
+        module,
+        random_batches(train_set, tc.batch_size, per_epoch, seed),
+        whole_batches(val_set, max(tc.batch_size, 256)),
+        max_epochs=math.ceil(tc.steps / per_epoch),
+        max_steps=tc.steps,
+        seed=seed,
+        variant=f"2-D {AXIS_NAMES[axis]}",
+        **trainer_kwargs(cfg),
+    )
     return module.ema.cpu().eval(), records
 
 
@@ -196,12 +214,21 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     per_epoch = min(tc.epoch_steps, tc.steps)
     train_set = VolumeSet(arrays["hr_train"] - arrays["lr_train"], arrays["lr_train"])
     # Held-out curve: every test volume VAL_REPEATS times (each copy gets its own fixed t and noise).
-    val_set = VolumeSet((arrays["hr_test"] - arrays["lr_test"]).repeat(VAL_REPEATS, 1, 1, 1),
-                        arrays["lr_test"].repeat(VAL_REPEATS, 1, 1, 1))
-    records = fit(module, random_batches(train_set, tc.batch_size, per_epoch * tc.grad_accum, seed),
-                  whole_batches(val_set, cfg.eval.chunk),
-                  max_epochs=math.ceil(tc.steps / per_epoch), max_steps=tc.steps, seed=seed,
-                  variant="score fusion", accumulate_grad_batches=tc.grad_accum, **trainer_kwargs(cfg))
+    val_set = VolumeSet(
+        (arrays["hr_test"] - arrays["lr_test"]).repeat(VAL_REPEATS, 1, 1, 1),
+        arrays["lr_test"].repeat(VAL_REPEATS, 1, 1, 1),
+    )
+    records = fit(
+        module,
+        random_batches(train_set, tc.batch_size, per_epoch * tc.grad_accum, seed),
+        whole_batches(val_set, cfg.eval.chunk),
+        max_epochs=math.ceil(tc.steps / per_epoch),
+        max_steps=tc.steps,
+        seed=seed,
+        variant="score fusion",
+        accumulate_grad_batches=tc.grad_accum,
+        **trainer_kwargs(cfg),
+    )
     history["method"] = records
     model.fusion.load_state_dict(module.ema.state_dict())  # EMA weights (= last weights when ema = 0)
     model = model.cpu()
@@ -232,8 +259,9 @@ def device_of() -> torch.device:
 
 
 @torch.no_grad()
-def eps_errors(cfg: Config, model: ScoreFusion, schedule: DDPMSchedule, r: torch.Tensor, cond: torch.Tensor,
-               prior_var: float) -> dict:
+def eps_errors(
+    cfg: Config, model: ScoreFusion, schedule: DDPMSchedule, r: torch.Tensor, cond: torch.Tensor, prior_var: float
+) -> dict:
     """Per (volume, t) epsilon-MSE of every model on the same noisy inputs (paired), plus the checks:
     |fused_at_init - merge| and |sum of the fusion weights - 1| (max over voxels), and mean |w|.
 
@@ -252,7 +280,7 @@ def eps_errors(cfg: Config, model: ScoreFusion, schedule: DDPMSchedule, r: torch
     abs_w = torch.zeros(3, dtype=torch.float64)
     chunk = cfg.eval.chunk
     for i in range(0, n * k, chunk):
-        idx, t = items[i:i + chunk].to(r.device), t_all[i:i + chunk].to(r.device)
+        idx, t = items[i : i + chunk].to(r.device), t_all[i : i + chunk].to(r.device)
         x0, c = r[idx], cond[idx]
         noise = torch.randn(x0.shape, generator=g).to(r.device)
         x_t = schedule.q_sample(x0, t, noise)
@@ -262,15 +290,24 @@ def eps_errors(cfg: Config, model: ScoreFusion, schedule: DDPMSchedule, r: torch
         fused = fuse(eps3, w)
         init = fuse(eps3, init_fusion(torch.cat([x_t, c[:, :1], eps3], 1), t))
         ab = schedule.alpha_bar(t, x_t)
-        preds = {**{name: eps3[:, a:a + 1] for a, name in enumerate(AXIS_NAMES)}, "merge": merged, "fusion": fused,
-                 "gaussian_prior": (1 - ab).sqrt() * x_t / (ab * prior_var + 1 - ab)}
+        preds = {
+            **{name: eps3[:, a : a + 1] for a, name in enumerate(AXIS_NAMES)},
+            "merge": merged,
+            "fusion": fused,
+            "gaussian_prior": (1 - ab).sqrt() * x_t / (ab * prior_var + 1 - ab),
+        }
         for name, pred in preds.items():
-            mse[name][i:i + chunk] = ((pred - noise) ** 2).flatten(1).mean(1).cpu()
+            mse[name][i : i + chunk] = ((pred - noise) ** 2).flatten(1).mean(1).cpu()
         init_gap = max(init_gap, float((init - merged).abs().max()))
         weight_sum_err = max(weight_sum_err, float((fusion_coefficients(w).sum(1) - 1).abs().max()))
         abs_w += w.abs().double().mean((0, 2, 3, 4)).cpu() * len(idx)
-    return {"steps": steps, "mse": {k_: v.view(n, k) for k_, v in mse.items()}, "init_gap": init_gap,
-            "weight_sum_err": weight_sum_err, "mean_abs_w": (abs_w / (n * k)).tolist()}
+    return {
+        "steps": steps,
+        "mse": {k_: v.view(n, k) for k_, v in mse.items()},
+        "init_gap": init_gap,
+        "weight_sum_err": weight_sum_err,
+        "mean_abs_w": (abs_w / (n * k)).tolist(),
+    }
 
 
 @torch.no_grad()
@@ -286,18 +323,28 @@ def sample_all(cfg: Config, model: ScoreFusion, schedule: DDPMSchedule, cond: to
     for name in ("merge", "fusion", "tpdm", AXIS_NAMES[0]):
         parts = []
         for i in range(0, n, ev.chunk):
-            c = cond[i:i + ev.chunk]
+            c = cond[i : i + ev.chunk]
             if name == "merge":
-                fn = lambda x, t, c=c: model.merge(x, c, t)  # noqa: E731
+                fn = lambda x, t, c=c: model.merge(x, c, t)
             elif name == "fusion":
-                fn = lambda x, t, c=c: model(x, c, t)  # noqa: E731
+                fn = lambda x, t, c=c: model(x, c, t)
             elif name == "tpdm":
                 fn, drawn = tpdm_eps(model, c, ev.tpdm_probs, tpdm_gen)
             else:
-                fn = lambda x, t, c=c: model.slices[0](x, c, t)  # noqa: E731
+                fn = lambda x, t, c=c: model.slices[0](x, c, t)
             noise_gen = torch.Generator(device=cond.device).manual_seed(cfg.seed + 4 + i)  # eta > 0: paired noise
-            parts.append(sample(fn, schedule, x_T[i:i + ev.chunk], ev.sample_steps, ev.eta, ev.self_consistency,
-                                cfg.data.pool, noise_gen))
+            parts.append(
+                sample(
+                    fn,
+                    schedule,
+                    x_T[i : i + ev.chunk],
+                    ev.sample_steps,
+                    ev.eta,
+                    ev.self_consistency,
+                    cfg.data.pool,
+                    noise_gen,
+                )
+            )
             if name == "tpdm":
                 tpdm_axes += drawn
         out[name] = torch.cat(parts)
@@ -307,8 +354,12 @@ def sample_all(cfg: Config, model: ScoreFusion, schedule: DDPMSchedule, cond: to
 
 def sample_metrics(hr_hat: torch.Tensor, hr: torch.Tensor, window: int) -> dict[str, torch.Tensor]:
     fd = finite_difference_errors(hr_hat, hr)
-    return {"psnr": psnr(hr_hat, hr), "ssim": ssim3d(hr_hat, hr, window), "fd_err": fd.mean(1),
-            **{f"fd_err_{name}": fd[:, a] for a, name in enumerate(AXIS_NAMES)}}
+    return {
+        "psnr": psnr(hr_hat, hr),
+        "ssim": ssim3d(hr_hat, hr, window),
+        "fd_err": fd.mean(1),
+        **{f"fd_err_{name}": fd[:, a] for a, name in enumerate(AXIS_NAMES)},
+    }
 
 
 def slice_roundtrip_error(volume: torch.Tensor) -> float:
@@ -340,7 +391,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         "method/eps_mse_low_t": float(mse["fusion"][low].mean()),
         "baseline/eps_mse_low_t": float(mse["merge"][low].mean()),
         "method/eps_mse_diff_stderr": float(per_volume_diff.std() / math.sqrt(len(per_volume_diff)))
-        if len(per_volume_diff) > 1 else 0.0,
+        if len(per_volume_diff) > 1
+        else 0.0,
         "reference/eps_mse_gaussian_prior": float(mse["gaussian_prior"].mean()),
         "method/init_gap": errs["init_gap"],
         "method/weight_sum_err": errs["weight_sum_err"],
@@ -357,8 +409,12 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     n = cfg.eval.sample_volumes
     hr_s, lr_s = hr[:n], lr[:n]
     hr_hats = {name: (lr_s + samples[name][:, 0]).clamp(-1, 1) for name in ("merge", "fusion", "tpdm", AXIS_NAMES[0])}
-    prefixes = {"fusion": "method/", "merge": "baseline/", "tpdm": "baseline/tpdm_",
-                AXIS_NAMES[0]: f"baseline/{AXIS_NAMES[0]}_"}
+    prefixes = {
+        "fusion": "method/",
+        "merge": "baseline/",
+        "tpdm": "baseline/tpdm_",
+        AXIS_NAMES[0]: f"baseline/{AXIS_NAMES[0]}_",
+    }
     for name, hr_hat in hr_hats.items():
         for metric, values in sample_metrics(hr_hat, hr_s, cfg.eval.ssim_window).items():
             v[f"{prefixes[name]}{metric}"] = float(values.mean())
@@ -371,17 +427,28 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     v["method/psnr_diff_stderr"] = float((psnr_fused - psnr_merged).std() / math.sqrt(n)) if n > 1 else 0.0
     # max |avg_pool(residual sample)| relative to max(1, max |sample|): float32 rounding scales with the values.
     v["method/pool_residual_max"] = max(
-        float(torch.nn.functional.avg_pool3d(samples[name], cfg.data.pool).abs().max()
-              / samples[name].abs().max().clamp_min(1))
-        for name in ("merge", "fusion", "tpdm", AXIS_NAMES[0]))
+        float(
+            torch.nn.functional.avg_pool3d(samples[name], cfg.data.pool).abs().max()
+            / samples[name].abs().max().clamp_min(1)
+        )
+        for name in ("merge", "fusion", "tpdm", AXIS_NAMES[0])
+    )
     for a, count in enumerate(samples["tpdm_axis_counts"]):
         v[f"baseline/tpdm_calls_{AXIS_NAMES[a]}"] = float(count)
 
     plots = Path(out_dir) / "plots"
     figures = [
-        plot_orthogonal_slices({"LR input (nearest up)": lr_s[0], "TPDM": hr_hats["tpdm"][0],
-                                "merge": hr_hats["merge"][0], "Score-Fusion": hr_hats["fusion"][0],
-                                "ground truth": hr_s[0]}, v, plots / "orthogonal_slices.png"),
+        plot_orthogonal_slices(
+            {
+                "LR input (nearest up)": lr_s[0],
+                "TPDM": hr_hats["tpdm"][0],
+                "merge": hr_hats["merge"][0],
+                "Score-Fusion": hr_hats["fusion"][0],
+                "ground truth": hr_s[0],
+            },
+            v,
+            plots / "orthogonal_slices.png",
+        ),
         plot_training_curves(artifacts.history, v, plots / "training_curves.png"),
         plot_eps_vs_t(steps, mse, schedule.n_steps, plots / "eps_mse_vs_t.png"),
     ]
@@ -401,8 +468,10 @@ def plot_orthogonal_slices(volumes: dict[str, torch.Tensor], v: dict, path: Path
     """Rows: central axial / coronal / sagittal slices; columns: input, samplers, truth, |error| maps."""
     plt = plotting.pyplot()
     truth = volumes["ground truth"]
-    errors = {"|merge - truth|": (volumes["merge"] - truth).abs(),
-              "|Score-Fusion - truth|": (volumes["Score-Fusion"] - truth).abs()}
+    errors = {
+        "|merge - truth|": (volumes["merge"] - truth).abs(),
+        "|Score-Fusion - truth|": (volumes["Score-Fusion"] - truth).abs(),
+    }
     columns = {**volumes, **errors}
     fig, axes = plt.subplots(3, len(columns), figsize=(1.9 * len(columns), 6.0), squeeze=False)
     vmax_err = max(float(e.max()) for e in errors.values()) or 1.0
@@ -410,14 +479,23 @@ def plot_orthogonal_slices(volumes: dict[str, torch.Tensor], v: dict, path: Path
         is_err = title.startswith("|")
         for row, img in enumerate(central_slices(vol)):
             ax = axes[row, col]
-            ax.imshow(img, cmap="magma" if is_err else "gray", vmin=0 if is_err else -1, vmax=vmax_err if is_err else 1,
-                      interpolation="nearest")
+            ax.imshow(
+                img,
+                cmap="magma" if is_err else "gray",
+                vmin=0 if is_err else -1,
+                vmax=vmax_err if is_err else 1,
+                interpolation="nearest",
+            )
             ax.set_xticks([])
             ax.set_yticks([])
             if col == 0:
                 ax.set_ylabel(AXIS_NAMES[row], fontsize=8)
-        key = {"merge": "baseline/psnr", "Score-Fusion": "method/psnr", "TPDM": "baseline/tpdm_psnr",
-               "LR input (nearest up)": "reference/lr_psnr"}.get(title)
+        key = {
+            "merge": "baseline/psnr",
+            "Score-Fusion": "method/psnr",
+            "TPDM": "baseline/tpdm_psnr",
+            "LR input (nearest up)": "reference/lr_psnr",
+        }.get(title)
         extra = f"\nmean PSNR {v[key]:.2f} dB" if key else ""
         axes[0, col].set_title(title + extra, fontsize=7)
     fig.suptitle("held-out volume 0: central orthogonal slices (DDIM samples)", fontsize=9)
@@ -436,8 +514,11 @@ def plot_training_curves(history: dict, v: dict, path: Path) -> Path:
         ax.set_title(f"2-D {name} model: eps MSE", fontsize=8)
     ax = axes[3]
     records = history.get("method", [])
-    for key, style, label in (("train/eps_mse", "-", "fused, train"), ("val/eps_mse", "--", "fused, held-out"),
-                              ("val/merge_eps_mse", ":", "merge, held-out")):
+    for key, style, label in (
+        ("train/eps_mse", "-", "fused, train"),
+        ("val/eps_mse", "--", "fused, held-out"),
+        ("val/merge_eps_mse", ":", "merge, held-out"),
+    ):
         pts = [(r["epoch"], r[key]) for r in records if key in r and "epoch" in r]
         if pts:
             ax.plot(*zip(*pts), style, marker=".", label=label)
@@ -445,8 +526,11 @@ def plot_training_curves(history: dict, v: dict, path: Path) -> Path:
     for ax in axes[:4]:
         ax.set_yscale("log")
     ax = axes[4]
-    pts = [(r["epoch"], r["val/eps_mse"] / r["val/merge_eps_mse"]) for r in records
-           if "val/eps_mse" in r and "val/merge_eps_mse" in r and "epoch" in r]
+    pts = [
+        (r["epoch"], r["val/eps_mse"] / r["val/merge_eps_mse"])
+        for r in records
+        if "val/eps_mse" in r and "val/merge_eps_mse" in r and "epoch" in r
+    ]
     if pts:
         ax.plot(*zip(*pts), marker=".", color="tab:red", label="per-epoch validation (paired noise)")
     ax.axhline(v["method/eps_mse"] / v["baseline/eps_mse"], color="tab:red", ls=":", label="final evaluation")
@@ -465,8 +549,10 @@ def plot_eps_vs_t(steps: torch.Tensor, mse: dict, n_steps: int, path: Path, bins
     edges = np.linspace(0, n_steps, bins + 1)
     centres = (edges[:-1] + edges[1:]) / 2
     which = np.clip(np.digitize(steps.numpy().ravel(), edges) - 1, 0, bins - 1)
-    binned = {name: np.array([m.numpy().ravel()[which == b].mean() if (which == b).any() else np.nan for b in range(bins)])
-              for name, m in mse.items()}
+    binned = {
+        name: np.array([m.numpy().ravel()[which == b].mean() if (which == b).any() else np.nan for b in range(bins)])
+        for name, m in mse.items()
+    }
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9.5, 3.3))
     styles = {"fusion": ("tab:red", "-"), "merge": ("tab:blue", "-"), "gaussian_prior": ("black", ":")}
     for name, values in binned.items():
@@ -511,11 +597,22 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     criteria = [
         # Every volume has the same number of t points, so the ratio of the per-volume means is the pooled ratio.
         V.ratio_of_means_criterion(
-            "eps_mse_ratio", "eps-MSE(Score-Fusion) / eps-MSE(merge) on held-out volumes (paired noise and t)",
-            *per_volume(v, "eps_mse"), EPS_RATIO_MAX, "<=", units="held-out volumes", seed=cfg.seed),
+            "eps_mse_ratio",
+            "eps-MSE(Score-Fusion) / eps-MSE(merge) on held-out volumes (paired noise and t)",
+            *per_volume(v, "eps_mse"),
+            EPS_RATIO_MAX,
+            "<=",
+            units="held-out volumes",
+            seed=cfg.seed,
+        ),
         V.difference_criterion(
-            "psnr_gain_db", f"PSNR(Score-Fusion) - PSNR(merge) of DDIM-{cfg.eval.sample_steps} samples (same start noise), dB",
-            *per_volume(v, "psnr"), 0.0, ">=", units="sampled volumes"),
+            "psnr_gain_db",
+            f"PSNR(Score-Fusion) - PSNR(merge) of DDIM-{cfg.eval.sample_steps} samples (same start noise), dB",
+            *per_volume(v, "psnr"),
+            0.0,
+            ">=",
+            units="sampled volumes",
+        ),
     ]
     figures = {
         "eps_mse_fusion": v["method/eps_mse"],
@@ -556,7 +653,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         f"eps-MSE(fused) <= {EPS_RATIO_MAX} x eps-MSE(merge) and PSNR(fused) >= PSNR(merge) "
         f"(DDIM-{cfg.eval.sample_steps}, {cfg.eval.sample_volumes} volumes)"
     )
-    notes = (f"scale={cfg.scale.value}; eps-MSE over {cfg.eval.t_points} stratified t per volume with paired noise; "
-             f"intervals over held-out volumes (one trained model); ratio {ratio:.3f}, PSNR gain {psnr_gain:+.2f} dB; "
-             f"largest finite-difference error (cross-slice inconsistency): {fd_worst} (TPDM expected worst; reported only)")
+    notes = (
+        f"scale={cfg.scale.value}; eps-MSE over {cfg.eval.t_points} stratified t per volume with paired noise; "
+        f"intervals over held-out volumes (one trained model); ratio {ratio:.3f}, PSNR gain {psnr_gain:+.2f} dB; "
+        f"largest finite-difference error (cross-slice inconsistency): {fd_worst} (TPDM expected worst; reported only)"
+    )
     return ClaimResult(statement, criteria, sanity, figures, notes)

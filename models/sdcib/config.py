@@ -119,7 +119,7 @@ class Config(MethodConfig):
         return value
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         if "sdcib" not in self.variants or "last_layer" not in self.variants:
             raise ValueError("variants must include 'sdcib' and 'last_layer' (the claim compares them)")
         if len(set(self.variants)) != len(self.variants):

@@ -88,8 +88,7 @@ class SDCIB(nn.Module):
 
     def forward(self, views: list[torch.Tensor], sample: bool = False) -> list[ViewOutput]:
         return [
-            encoder(torch.log1p(x) if log else x, sample)
-            for encoder, x, log in zip(self.encoders, views, self.log1p)
+            encoder(torch.log1p(x) if log else x, sample) for encoder, x, log in zip(self.encoders, views, self.log1p)
         ]
 
     @torch.no_grad()

@@ -118,10 +118,14 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         save_npz(Path(data_dir) / DATA_FILE, views, labels)
         generator = "models.sdcib.data.make_esp_like (ESP-shaped: image features + tag counts)"
         d = cfg.data
-        origin = dataset_meta("synthetic", (
-            f"models.sdcib.data.make_esp_like, seed {cfg.seed}: ESP-shaped two-view set, N={d.n_samples}, "
-            f"K={d.n_clusters}, image_dim={d.image_dim}, tag_vocab={d.tag_vocab}, shared_dim={d.shared_dim}, "
-            f"private_dim={d.private_dim}, class_separation={d.class_separation}"))
+        origin = dataset_meta(
+            "synthetic",
+            (
+                f"models.sdcib.data.make_esp_like, seed {cfg.seed}: ESP-shaped two-view set, N={d.n_samples}, "
+                f"K={d.n_clusters}, image_dim={d.image_dim}, tag_vocab={d.tag_vocab}, shared_dim={d.shared_dim}, "
+                f"private_dim={d.private_dim}, class_separation={d.class_separation}"
+            ),
+        )
     meta = {
         **origin,
         "generator": generator,
@@ -185,13 +189,21 @@ class SDCIBModule(L.LightningModule):
         *views, labels = batch
         outputs = self.net(views, sample=self.training)
         parts = sdcib_loss(
-            outputs, self.critics, self.layers, alpha=self.alpha, beta=self.cfg.beta,
-            tau_instance=self.cfg.tau_instance, tau_cluster=self.cfg.tau_cluster,
-            mi_sign=self.mi_sign, sample=self.training,
+            outputs,
+            self.critics,
+            self.layers,
+            alpha=self.alpha,
+            beta=self.cfg.beta,
+            tau_instance=self.cfg.tau_instance,
+            tau_cluster=self.cfg.tau_cluster,
+            mi_sign=self.mi_sign,
+            sample=self.training,
         )
         self.log_dict(  # epoch means: one record per epoch in the learning curve
             {f"{stage}/{name}": value for name, value in parts.items()},
-            on_step=False, on_epoch=True, batch_size=len(labels),
+            on_step=False,
+            on_epoch=True,
+            batch_size=len(labels),
         )
         return parts["loss"], outputs
 
@@ -207,7 +219,8 @@ class SDCIBModule(L.LightningModule):
         for _ in range(self.cfg.critic_steps):
             mi = sum(
                 jsd_mi(self.critics[f"v{v}_k{k}"], gaussian_sample(out.mus[k], out.sigmas[k]), out.probs)
-                for v, out in enumerate(outputs) for k in self.layers
+                for v, out in enumerate(outputs)
+                for k in self.layers
             )
             critic_opt.zero_grad()
             self.manual_backward(self.mi_sign * mi)
@@ -276,7 +289,10 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     n_clusters = int(labels.max() + 1)
     flags = log1p_flags(cfg, views)
     arch = {
-        "view_dims": [x.shape[1] for x in views], "widths": list(cfg.widths), "n_clusters": n_clusters, "log1p": flags,
+        "view_dims": [x.shape[1] for x in views],
+        "widths": list(cfg.widths),
+        "n_clusters": n_clusters,
+        "log1p": flags,
     }
     (Path(out_dir) / ARCH_FILE).write_text(json.dumps(arch))
     dataset = TensorDataset(*as_tensors(views), torch.from_numpy(labels))
@@ -296,8 +312,12 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
                 dataset, cfg.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed)
             )
             records = fit(
-                module, loader, DataLoader(dataset, cfg.batch_size),
-                max_epochs=cfg.epochs, seed=seed, variant=f"{LABELS[prefix]}, seed {seed}",
+                module,
+                loader,
+                DataLoader(dataset, cfg.batch_size),
+                max_epochs=cfg.epochs,
+                seed=seed,
+                variant=f"{LABELS[prefix]}, seed {seed}",
                 check_val_every_n_epoch=cfg.val_every,
             )
             torch.save(net.state_dict(), weights_file(out_dir, variant, k))
@@ -453,8 +473,15 @@ def plot_scores(per_seed: dict, path: Path) -> Path:
     for i, prefix in enumerate(prefixes):
         xs = np.arange(len(names)) + (i - (len(prefixes) - 1) / 2) * width
         seeds = [per_seed[prefix][n] for n in names]
-        ax.bar(xs, [np.mean(s) for s in seeds], width, yerr=[spread(s) for s in seeds], capsize=3,
-               color=COLORS[prefix], label=LABELS[prefix])
+        ax.bar(
+            xs,
+            [np.mean(s) for s in seeds],
+            width,
+            yerr=[spread(s) for s in seeds],
+            capsize=3,
+            color=COLORS[prefix],
+            label=LABELS[prefix],
+        )
         for x, s in zip(xs, seeds):
             ax.scatter(np.full(len(s), x), s, color="k", s=6, zorder=3)
     ax.set_xticks(range(len(names)), [n.upper() for n in names])
@@ -534,11 +561,23 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     sdcib_acc = per_seed_values(cfg, v, "method", "acc")
     criteria = [
         V.difference_criterion(
-            "acc_gap_vs_last_layer", "ACC(SDCIB) - ACC(last-layer-only ablation), same data and seed",
-            sdcib_acc, per_seed_values(cfg, v, "baseline", "acc"), 0.0, ">=", units="paired seeds"),
+            "acc_gap_vs_last_layer",
+            "ACC(SDCIB) - ACC(last-layer-only ablation), same data and seed",
+            sdcib_acc,
+            per_seed_values(cfg, v, "baseline", "acc"),
+            0.0,
+            ">=",
+            units="paired seeds",
+        ),
         V.difference_criterion(
-            "acc_gap_vs_kmeans", "ACC(SDCIB) - ACC(k-means on the standardised concatenated views), same seed",
-            sdcib_acc, per_seed_values(cfg, v, "baseline_kmeans", "acc"), 0.0, ">=", units="paired seeds"),
+            "acc_gap_vs_kmeans",
+            "ACC(SDCIB) - ACC(k-means on the standardised concatenated views), same seed",
+            sdcib_acc,
+            per_seed_values(cfg, v, "baseline_kmeans", "acc"),
+            0.0,
+            ">=",
+            units="paired seeds",
+        ),
     ]
     figures = {
         "nmi_gap_vs_last_layer": v[a + "nmi"] - v[b + "nmi"],
@@ -565,6 +604,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "ablation and k-means on the concatenated views: per-seed ACC(SDCIB) - ACC(last layer) >= 0 and "
         "ACC(SDCIB) - ACC(k-means) >= 0, mean over paired seeds with its 95 % t-interval (NMI/ARI reported alongside)."
     )
+
     def acc(prefix: str) -> str:
         return f"{v[prefix + 'acc']:.3f}±{v[prefix + 'acc_std']:.3f}"
 

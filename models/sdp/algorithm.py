@@ -110,7 +110,9 @@ class DiffusionPolicyModule(L.LightningModule):
 
     def configure_optimizers(self):
         c = self.cfg
-        opt = torch.optim.AdamW(self.policy.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay, fused=True)
+        opt = torch.optim.AdamW(
+            self.policy.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay, fused=True
+        )
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, c.warmup_steps, c.steps))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
@@ -130,22 +132,39 @@ def sampling_timesteps(cfg: DiffusionConfig) -> list[int]:
 
 
 @torch.no_grad()
-def sample_actions(policy: torch.nn.Module, schedule: DDPMSchedule, points: torch.Tensor, ee_axes: torch.Tensor,
-                   horizon: int, cfg: DiffusionConfig, generator: torch.Generator | None = None,
-                   x_T: torch.Tensor | None = None, clip: float | None = None) -> torch.Tensor:
+def sample_actions(
+    policy: torch.nn.Module,
+    schedule: DDPMSchedule,
+    points: torch.Tensor,
+    ee_axes: torch.Tensor,
+    horizon: int,
+    cfg: DiffusionConfig,
+    generator: torch.Generator | None = None,
+    x_T: torch.Tensor | None = None,
+    clip: float | None = None,
+) -> torch.Tensor:
     """DDIM from x_T ~ N(0, I) (or the given x_T) to normalised canonical action chunks (B, H, 10)."""
     cond = policy.encode(points, ee_axes)
     if x_T is None:
         x_T = torch.randn(len(points), horizon, 10, generator=generator)
     clip = cfg.clip_sample if clip is None else clip
-    return ddim_sample(lambda x, t: policy.denoise(x, t, cond), schedule, x_T, eta=cfg.eta, generator=generator,
-                       clip_x0=clip, timesteps=sampling_timesteps(cfg))
+    return ddim_sample(
+        lambda x, t: policy.denoise(x, t, cond),
+        schedule,
+        x_T,
+        eta=cfg.eta,
+        generator=generator,
+        clip_x0=clip,
+        timesteps=sampling_timesteps(cfg),
+    )
 
 
 # ----------------------------------------------------------------------------- metrics
 
 
-def success_metrics(pred: np.ndarray, split: dict[str, np.ndarray], pos_tol: float, deg_tol: float) -> dict[str, np.ndarray]:
+def success_metrics(
+    pred: np.ndarray, split: dict[str, np.ndarray], pos_tol: float, deg_tol: float
+) -> dict[str, np.ndarray]:
     """Per-scene outcome of a canonical (EE-relative, world-unit) action chunk's last action.
 
     Success: final position within ``pos_tol`` of either grasp point and orientation error (geodesic
@@ -160,8 +179,13 @@ def success_metrics(pred: np.ndarray, split: dict[str, np.ndarray], pos_tol: flo
     angle = rotation_angle_deg(R_pred, R_goal)
     pos_err = dist.min(1)
     success = (pos_err < pos_tol) & (angle < deg_tol)
-    return {"success": success, "pos_err": pos_err, "rot_err_deg": angle, "grasp": nearest,
-            "gripper_closed": final[:, 9] > 0}
+    return {
+        "success": success,
+        "pos_err": pos_err,
+        "rot_err_deg": angle,
+        "grasp": nearest,
+        "gripper_closed": final[:, 9] > 0,
+    }
 
 
 def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -169,8 +193,15 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def equivariance_error(policy: torch.nn.Module, schedule: DDPMSchedule, points: torch.Tensor, ee_axes: torch.Tensor,
-                       actions: torch.Tensor, rotations: torch.Tensor, seed: int) -> float:
+def equivariance_error(
+    policy: torch.nn.Module,
+    schedule: DDPMSchedule,
+    points: torch.Tensor,
+    ee_axes: torch.Tensor,
+    actions: torch.Tensor,
+    rotations: torch.Tensor,
+    seed: int,
+) -> float:
     """max_R ||f(R obs, R a_t, t) - R f(obs, a_t, t)|| / ||f(obs, a_t, t)|| for the denoiser f, with
     a_t = q_sample(a_0, t) at random steps (float32, uniformly random rotations)."""
     g = torch.Generator().manual_seed(seed)
@@ -185,9 +216,17 @@ def equivariance_error(policy: torch.nn.Module, schedule: DDPMSchedule, points: 
 
 
 @torch.no_grad()
-def policy_equivariance_error(policy: torch.nn.Module, schedule: DDPMSchedule, points: torch.Tensor,
-                              ee_axes: torch.Tensor, horizon: int, cfg: DiffusionConfig, rotations: torch.Tensor,
-                              seed: int, clip: float | None = None) -> float:
+def policy_equivariance_error(
+    policy: torch.nn.Module,
+    schedule: DDPMSchedule,
+    points: torch.Tensor,
+    ee_axes: torch.Tensor,
+    horizon: int,
+    cfg: DiffusionConfig,
+    rotations: torch.Tensor,
+    seed: int,
+    clip: float | None = None,
+) -> float:
     """The sampled policy end to end: DDIM from R x_T on the rotated scene vs R (DDIM from x_T), with
     eta = 0 (deterministic; with eta > 0 the injected noise would have to be rotated as well)."""
     cfg = cfg.model_copy(update={"eta": 0.0})
@@ -195,7 +234,8 @@ def policy_equivariance_error(policy: torch.nn.Module, schedule: DDPMSchedule, p
     a = sample_actions(policy, schedule, points, ee_axes, horizon, cfg, x_T=x_T, clip=clip)
     worst = 0.0
     for R in rotations:
-        a_rot = sample_actions(policy, schedule, points @ R.T, ee_axes @ R.T, horizon, cfg,
-                               x_T=rotate_actions(x_T, R), clip=clip)
+        a_rot = sample_actions(
+            policy, schedule, points @ R.T, ee_axes @ R.T, horizon, cfg, x_T=rotate_actions(x_T, R), clip=clip
+        )
         worst = max(worst, relative_error(a_rot, rotate_actions(a, R)))
     return worst

@@ -42,10 +42,12 @@ class DataConfig(StrictModel):
     # (median orientation error 95 vs 73 deg after 1000 steps in a trial run).
     relative_yaw: float = Field(45.0, ge=0, le=180)
     point_noise: float = Field(0.002, ge=0, le=10)  # per-scene jitter of the object's points
-    ee_box: float = Field(0.3, ge=0, le=10)  # world EE position uniform in [-box, box]^2 x [0.3, 0.5] (removed by canonicalisation)
+    ee_box: float = Field(
+        0.3, ge=0, le=10
+    )  # world EE position uniform in [-box, box]^2 x [0.3, 0.5] (removed by canonicalisation)
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         for name in ("reach_radius", "reach_depth"):
             lo, hi = getattr(self, name)
             if not 0 <= lo <= hi:
@@ -70,7 +72,7 @@ class DiffusionConfig(StrictModel):
     clip_sample: float | None = Field(None, gt=0, le=100)
 
     @model_validator(mode="after")
-    def _check(self) -> "DiffusionConfig":
+    def _check(self) -> DiffusionConfig:
         if self.ddim_steps > self.train_steps:
             raise ValueError("diffusion.ddim_steps must not exceed diffusion.train_steps")
         return self
@@ -185,7 +187,7 @@ class Config(MethodConfig):
     film_ablation: bool = False
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         levels = max(len(self.sdp.down_dims), len(self.dp.down_dims)) - 1
         if self.data.horizon % (2**levels):
             raise ValueError(f"data.horizon must be divisible by 2^{levels} (the U-nets' downsampling)")

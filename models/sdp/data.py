@@ -18,8 +18,9 @@ the HDF5 file with h5py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -51,11 +52,14 @@ def random_rotations(rng: np.random.Generator, n: int) -> np.ndarray:
 def quat_xyzw_to_matrix(q: np.ndarray) -> np.ndarray:
     """Unit quaternions (x, y, z, w) (robosuite's order) -> rotation matrices."""
     x, y, z, w = np.moveaxis(q / np.linalg.norm(q, axis=-1, keepdims=True), -1, 0)
-    return np.stack([
-        np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)], -1),
-        np.stack([2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)], -1),
-        np.stack([2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)], -1),
-    ], -2)
+    return np.stack(
+        [
+            np.stack([1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)], -1),
+            np.stack([2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)], -1),
+            np.stack([2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)], -1),
+        ],
+        -2,
+    )
 
 
 def axes_to_matrix(ax: np.ndarray, ay: np.ndarray) -> np.ndarray:
@@ -120,8 +124,13 @@ def trajectory_profile(horizon: int) -> np.ndarray:
     return 3 * s**2 - 2 * s**3
 
 
-def make_scenes(data: DataConfig, template: tuple[np.ndarray, np.ndarray], rng: np.random.Generator, n: int,
-                rotation: Literal["yaw", "so3"]) -> dict[str, np.ndarray]:
+def make_scenes(
+    data: DataConfig,
+    template: tuple[np.ndarray, np.ndarray],
+    rng: np.random.Generator,
+    n: int,
+    rotation: Literal["yaw", "so3"],
+) -> dict[str, np.ndarray]:
     """``n`` scenes with their demonstrations, world frame.
 
     Table frame (relative to the EE): the object stands upright at yaw psi, distance rho, depth d
@@ -147,14 +156,23 @@ def make_scenes(data: DataConfig, template: tuple[np.ndarray, np.ndarray], rng: 
     grip = np.where(np.arange(H) >= H - data.close_steps, 1.0, -1.0)
 
     g = rot_z(rng.uniform(0, 2 * np.pi, n)) if rotation == "yaw" else random_rotations(rng, n)
-    ee = np.stack([rng.uniform(-data.ee_box, data.ee_box, n), rng.uniform(-data.ee_box, data.ee_box, n),
-                   rng.uniform(0.3, 0.5, n)], 1)
+    ee = np.stack(
+        [
+            rng.uniform(-data.ee_box, data.ee_box, n),
+            rng.uniform(-data.ee_box, data.ee_box, n),
+            rng.uniform(0.3, 0.5, n),
+        ],
+        1,
+    )
     gT = np.swapaxes(g, 1, 2)
-    actions = np.concatenate([
-        ee[:, None] + pos @ gT,
-        matrix_to_axes(g[:, None] @ rots),
-        np.broadcast_to(grip[None, :, None], (n, H, 1)),
-    ], -1)
+    actions = np.concatenate(
+        [
+            ee[:, None] + pos @ gT,
+            matrix_to_axes(g[:, None] @ rots),
+            np.broadcast_to(grip[None, :, None], (n, H, 1)),
+        ],
+        -1,
+    )
     goal_R = g @ R_obj
     return {
         "points": (ee[:, None] + points @ gT).astype(np.float32),
@@ -170,10 +188,16 @@ def make_scenes(data: DataConfig, template: tuple[np.ndarray, np.ndarray], rng: 
 def make_splits(data: DataConfig, seed: int) -> dict[str, dict[str, np.ndarray]]:
     """train / val (yaw scenes), test_yaw (in-distribution), test_so3 (the tilted analogue)."""
     template = object_template(data, seed)
-    sizes = {"train": (data.n_train, "yaw"), "val": (data.n_val, "yaw"), "test_yaw": (data.n_test, "yaw"),
-             "test_so3": (data.n_test, "so3")}
-    return {name: make_scenes(data, template, np.random.default_rng([seed, i]), n, rot)
-            for i, (name, (n, rot)) in enumerate(sizes.items())}
+    sizes = {
+        "train": (data.n_train, "yaw"),
+        "val": (data.n_val, "yaw"),
+        "test_yaw": (data.n_test, "yaw"),
+        "test_so3": (data.n_test, "so3"),
+    }
+    return {
+        name: make_scenes(data, template, np.random.default_rng([seed, i]), n, rot)
+        for i, (name, (n, rot)) in enumerate(sizes.items())
+    }
 
 
 # ----------------------------------------------------------------------------- canonicalisation
@@ -220,14 +244,24 @@ def load_demos_npz(path: Path) -> dict[str, np.ndarray]:
         raise ValueError(f"{path}: missing arrays {missing} (need {DEMO_KEYS})")
     n = len(arrays["points"])
     p, e, a = arrays["points"], arrays["ee_pose"], arrays["actions"]
-    if p.ndim != 3 or p.shape[2] != 3 or e.shape != (n, 9) or a.ndim != 3 or a.shape[0] != n or a.shape[2] != ACTION_DIM:
-        raise ValueError(f"{path}: shapes points {p.shape}, ee_pose {e.shape}, actions {a.shape} do not match "
-                         "(n, N, 3), (n, 9), (n, H, 10)")
+    if (
+        p.ndim != 3
+        or p.shape[2] != 3
+        or e.shape != (n, 9)
+        or a.ndim != 3
+        or a.shape[0] != n
+        or a.shape[2] != ACTION_DIM
+    ):
+        raise ValueError(
+            f"{path}: shapes points {p.shape}, ee_pose {e.shape}, actions {a.shape} do not match "
+            "(n, N, 3), (n, 9), (n, H, 10)"
+        )
     return arrays
 
 
-def demos_from_robomimic(root: Mapping[str, Any], horizon: int, point_cloud_key: str = "point_cloud",
-                         rot6d: Literal["rows", "axes"] = "rows") -> dict[str, np.ndarray]:
+def demos_from_robomimic(
+    root: Mapping[str, Any], horizon: int, point_cloud_key: str = "point_cloud", rot6d: Literal["rows", "axes"] = "rows"
+) -> dict[str, np.ndarray]:
     """robomimic/MimicGen layout -> (points, ee_pose, actions) windows in this module's layout.
 
     ``root["data"]["demo_<i>"]`` holds ``obs/<point_cloud_key>`` (T, N, >=3; colour columns dropped),
@@ -256,8 +290,11 @@ def demos_from_robomimic(root: Mapping[str, Any], horizon: int, point_cloud_key:
         points.append(pc)
         poses.append(np.concatenate([pos, matrix_to_axes(R)], 1))
         windows.append(act[index])
-    return {"points": np.concatenate(points).astype(np.float32), "ee_pose": np.concatenate(poses).astype(np.float32),
-            "actions": np.concatenate(windows).astype(np.float32)}
+    return {
+        "points": np.concatenate(points).astype(np.float32),
+        "ee_pose": np.concatenate(poses).astype(np.float32),
+        "actions": np.concatenate(windows).astype(np.float32),
+    }
 
 
 def load_robomimic_hdf5(path: Path, horizon: int, point_cloud_key: str = "point_cloud") -> dict[str, np.ndarray]:

@@ -64,7 +64,7 @@ def rotate_actions(a: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
     """The group action on 10-D actions: R on the position and both axes, the gripper unchanged.
     ``R`` is (3, 3) or (B, 3, 3)."""
     R = R.expand(a.shape[0], 3, 3) if R.dim() == 2 else R
-    parts = [torch.einsum("bij,btj->bti", R, a[..., k:k + 3]) for k in (0, 3, 6)]
+    parts = [torch.einsum("bij,btj->bti", R, a[..., k : k + 3]) for k in (0, 3, 6)]
     return torch.cat(parts + [a[..., 9:]], -1)
 
 
@@ -142,15 +142,16 @@ class GateActivation(nn.Module):
         s, v = x[:, 0], x[:, 1:4]
         h = self.linear(torch.cat([s, vector_norm(v)], 1))
         s_out = F.silu(h[:, : self.channels])
-        gate = torch.sigmoid(h[:, self.channels:])
+        gate = torch.sigmoid(h[:, self.channels :])
         return torch.cat([s_out.unsqueeze(1), v * gate.unsqueeze(1)], 1)
 
 
 class IrrepConvBlock(nn.Module):
     """IrrepConv1d -> rms_norm_sh -> gate activation -> optional nearest resampling in time."""
 
-    def __init__(self, c_in: int, c_out: int, kernel_size: int, norm: bool = True, activation: bool = True,
-                 scale: float = 1.0) -> None:
+    def __init__(
+        self, c_in: int, c_out: int, kernel_size: int, norm: bool = True, activation: bool = True, scale: float = 1.0
+    ) -> None:
         super().__init__()
         self.conv = IrrepConv1d(c_in, c_out, kernel_size)
         self.norm = IrrepRMSNorm(c_out) if norm else nn.Identity()
@@ -199,7 +200,9 @@ class FlatFiLM(nn.Module):
 class IrrepResBlock(nn.Module):
     def __init__(self, c_in: int, c_out: int, c_cond: int, kernel_size: int, film: str) -> None:
         super().__init__()
-        self.blocks = nn.ModuleList([IrrepConvBlock(c_in, c_out, kernel_size), IrrepConvBlock(c_out, c_out, kernel_size)])
+        self.blocks = nn.ModuleList(
+            [IrrepConvBlock(c_in, c_out, kernel_size), IrrepConvBlock(c_out, c_out, kernel_size)]
+        )
         self.film = SFiLM(c_cond, c_out) if film == "sfilm" else FlatFiLM(c_cond, c_out)
         self.residual = IrrepConv1d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
 
@@ -237,12 +240,17 @@ class IrrepConditionalUnet1D(nn.Module):
         self.down = nn.ModuleList()
         for i, (d_in, d_out) in enumerate(in_out):
             last = i == len(in_out) - 1
-            self.down.append(nn.ModuleList([blocks(d_in, d_out),
-                                            IrrepConvBlock(d_out, d_out, 3, norm=False, scale=1.0 if last else 0.5)]))
+            self.down.append(
+                nn.ModuleList(
+                    [blocks(d_in, d_out), IrrepConvBlock(d_out, d_out, 3, norm=False, scale=1.0 if last else 0.5)]
+                )
+            )
         self.mid = blocks(dims[-1], dims[-1])
         self.up = nn.ModuleList()
         for d_in, d_out in reversed(in_out[1:]):
-            self.up.append(nn.ModuleList([blocks(2 * d_out, d_in), IrrepConvBlock(d_in, d_in, 3, norm=False, scale=2.0)]))
+            self.up.append(
+                nn.ModuleList([blocks(2 * d_out, d_in), IrrepConvBlock(d_in, d_in, 3, norm=False, scale=2.0)])
+            )
         self.final = IrrepConvBlock(dims[1], input_fields, 3, norm=False, activation=False)
 
     def forward(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
@@ -279,8 +287,14 @@ class RadialBasis(nn.Module):
 
 
 def mlp(d_in: int, hidden: int, d_out: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(d_in, hidden), nn.LayerNorm(hidden), nn.SiLU(), nn.Linear(hidden, hidden),
-                         nn.SiLU(), nn.Linear(hidden, d_out))
+    return nn.Sequential(
+        nn.Linear(d_in, hidden),
+        nn.LayerNorm(hidden),
+        nn.SiLU(),
+        nn.Linear(hidden, hidden),
+        nn.SiLU(),
+        nn.Linear(hidden, d_out),
+    )
 
 
 class EquivariantPointEncoder(nn.Module):
@@ -320,8 +334,15 @@ class EquivariantPointEncoder(nn.Module):
         frame = torch.cat([c[:, None], ee_axes], 1)  # (B, 3, 3): centroid, EE x, EE y
         vectors = torch.cat([V1, V2, frame], 1)  # (B, 2C + 3, 3)
         v_out = self.vec_out(vectors.transpose(1, 2))  # (B, 3, C)
-        invariants = torch.cat([S1, S2, torch.einsum("bcd,bkd->bck", V2, frame).flatten(1),
-                                torch.einsum("bkd,bjd->bkj", frame, frame)[:, 0]], 1)
+        invariants = torch.cat(
+            [
+                S1,
+                S2,
+                torch.einsum("bcd,bkd->bck", V2, frame).flatten(1),
+                torch.einsum("bkd,bjd->bkj", frame, frame)[:, 0],
+            ],
+            1,
+        )
         s_out = self.scal_out(invariants)
         return torch.cat([s_out.unsqueeze(1), v_out], 1)
 
@@ -333,8 +354,15 @@ class PointNetEncoder(nn.Module):
     def __init__(self, cfg: DPNetConfig) -> None:
         super().__init__()
         H = cfg.enc_hidden
-        self.point_mlp = nn.Sequential(nn.Linear(6, H), nn.LayerNorm(H), nn.ReLU(), nn.Linear(H, H), nn.LayerNorm(H),
-                                       nn.ReLU(), nn.Linear(H, 2 * H))
+        self.point_mlp = nn.Sequential(
+            nn.Linear(6, H),
+            nn.LayerNorm(H),
+            nn.ReLU(),
+            nn.Linear(H, H),
+            nn.LayerNorm(H),
+            nn.ReLU(),
+            nn.Linear(H, 2 * H),
+        )
         self.head = nn.Sequential(nn.Linear(2 * H + 6, cfg.enc_channels), nn.LayerNorm(cfg.enc_channels))
 
     def forward(self, points: torch.Tensor, ee_axes: torch.Tensor) -> torch.Tensor:
@@ -355,8 +383,9 @@ class Conv1dBlock(nn.Module):
 
     def __init__(self, c_in: int, c_out: int, k: int, n_groups: int) -> None:
         super().__init__()
-        self.block = nn.Sequential(nn.Conv1d(c_in, c_out, k, padding=k // 2), nn.GroupNorm(groups_for(c_out, n_groups), c_out),
-                                   nn.Mish())
+        self.block = nn.Sequential(
+            nn.Conv1d(c_in, c_out, k, padding=k // 2), nn.GroupNorm(groups_for(c_out, n_groups), c_out), nn.Mish()
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.block(x)
@@ -388,12 +417,16 @@ class ConditionalUnet1D(nn.Module):
         n = cfg.res_blocks
 
         def blocks(c_in: int, c_out: int) -> nn.ModuleList:
-            return nn.ModuleList([ConditionalResidualBlock1D(c_in if i == 0 else c_out, c_out, cond, k, g) for i in range(n)])
+            return nn.ModuleList(
+                [ConditionalResidualBlock1D(c_in if i == 0 else c_out, c_out, cond, k, g) for i in range(n)]
+            )
 
         self.down = nn.ModuleList()
         for i, (d_in, d_out) in enumerate(in_out):
             last = i == len(in_out) - 1
-            self.down.append(nn.ModuleList([blocks(d_in, d_out), nn.Conv1d(d_out, d_out, 3, 2, 1) if not last else nn.Identity()]))
+            self.down.append(
+                nn.ModuleList([blocks(d_in, d_out), nn.Conv1d(d_out, d_out, 3, 2, 1) if not last else nn.Identity()])
+            )
         self.mid = blocks(dims[-1], dims[-1])
         self.up = nn.ModuleList()
         for d_in, d_out in reversed(in_out[1:]):

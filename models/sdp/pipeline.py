@@ -139,20 +139,25 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         save_demos_npz(Path(data_dir) / f"{name}.npz", arrays)
     points, grasps = object_template(cfg.data, cfg.seed)
     d = cfg.data
-    provenance = (f"models.sdp.data synthetic reach-and-align (seed {cfg.seed}): {d.n_points}-point asymmetric object, "
-                  f"2 grasp points, {d.horizon}-step demos; train/val/test_yaw yaw-rotated, test_so3 uniform SO(3)")
-    return write_manifest(data_dir, meta={
-        **dataset_meta("synthetic", provenance),
-        "generator": "synthetic 3-D reach-and-align: asymmetric 32-point object, 2 grasp points, 16-step demos",
-        "synthetic": True,
-        "seed": cfg.seed,
-        "sizes": {name: int(len(a["actions"])) for name, a in splits.items()},
-        "rotations": {"train": "yaw", "val": "yaw", "test_yaw": "yaw", "test_so3": "uniform SO(3)"},
-        "n_points": int(points.shape[0]),
-        "horizon": cfg.data.horizon,
-        "grasp_separation": float(np.linalg.norm(grasps[0] - grasps[1])),
-        "format": "npz: points (n, N, 3), ee_pose (n, 9: pos, x-axis, y-axis), actions (n, H, 10), world frame",
-    })
+    provenance = (
+        f"models.sdp.data synthetic reach-and-align (seed {cfg.seed}): {d.n_points}-point asymmetric object, "
+        f"2 grasp points, {d.horizon}-step demos; train/val/test_yaw yaw-rotated, test_so3 uniform SO(3)"
+    )
+    return write_manifest(
+        data_dir,
+        meta={
+            **dataset_meta("synthetic", provenance),
+            "generator": "synthetic 3-D reach-and-align: asymmetric 32-point object, 2 grasp points, 16-step demos",
+            "synthetic": True,
+            "seed": cfg.seed,
+            "sizes": {name: int(len(a["actions"])) for name, a in splits.items()},
+            "rotations": {"train": "yaw", "val": "yaw", "test_yaw": "yaw", "test_so3": "uniform SO(3)"},
+            "n_points": int(points.shape[0]),
+            "horizon": cfg.data.horizon,
+            "grasp_separation": float(np.linalg.norm(grasps[0] - grasps[1])),
+            "format": "npz: points (n, N, 3), ee_pose (n, 9: pos, x-axis, y-axis), actions (n, H, 10), world frame",
+        },
+    )
 
 
 def load_split(data: DatasetRef, name: str) -> dict[str, np.ndarray]:
@@ -205,9 +210,15 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         policy = build_policy(cfg, kind)
         module = DiffusionPolicyModule(policy, schedule, tc)
         start = time.perf_counter()
-        history[variant] = fit(module, random_batches(rows, tc.batch_size, per_epoch, cfg.seed), val,
-                               max_epochs=math.ceil(tc.steps / per_epoch), max_steps=tc.steps, seed=cfg.seed,
-                               variant=LABELS[variant])
+        history[variant] = fit(
+            module,
+            random_batches(rows, tc.batch_size, per_epoch, cfg.seed),
+            val,
+            max_epochs=math.ceil(tc.steps / per_epoch),
+            max_steps=tc.steps,
+            seed=cfg.seed,
+            variant=LABELS[variant],
+        )
         summary[f"{variant}_train_seconds"] = time.perf_counter() - start
         summary[f"{variant}_params"] = float(n_params(policy))
         for key in ("train/loss", "val/loss"):
@@ -244,8 +255,15 @@ class ReachPolicy(torch.nn.Module):
     def predict(self, points: np.ndarray, ee_pose: np.ndarray, seed: int = 0) -> np.ndarray:
         """World-frame point clouds (n, N, 3) and EE poses (n, 9) -> absolute action chunks (n, H, 10)."""
         p, e = self.norm.observation(points, ee_pose)
-        a = sample_actions(self.policy, self.schedule, p, e, self.cfg.data.horizon, self.cfg.diffusion,
-                           torch.Generator().manual_seed(seed))
+        a = sample_actions(
+            self.policy,
+            self.schedule,
+            p,
+            e,
+            self.cfg.data.horizon,
+            self.cfg.diffusion,
+            torch.Generator().manual_seed(seed),
+        )
         out = self.norm.unnormalise(a)
         out[..., :3] += ee_pose[:, None, :3]
         return out
@@ -291,22 +309,28 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             values[f"{variant}/gripper_closed_{name}"] = float(out["gripper_closed"].mean())
             values[f"{variant}/grasp0_fraction_{name}"] = float((out["grasp"] == 0).mean())
         values[f"{variant}/success_drop"] = values[f"{variant}/success_yaw"] - values[f"{variant}/success_so3"]
-        values[f"{variant}/equivariance_error"] = equivariance_error(policy, schedule, eq_points, eq_axes, eq_actions,
-                                                                     rotations, cfg.seed)
+        values[f"{variant}/equivariance_error"] = equivariance_error(
+            policy, schedule, eq_points, eq_axes, eq_actions, rotations, cfg.seed
+        )
         if variant == "method":
             rot = rotations[: min(4, len(rotations))]
             values["method/policy_equivariance_error"] = policy_equivariance_error(
-                policy, schedule, eq_points, eq_axes, H, cfg.diffusion, rot, cfg.seed)
+                policy, schedule, eq_points, eq_axes, H, cfg.diffusion, rot, cfg.seed
+            )
             # The pitfall, measured: SDP's clip_sample=True clamps each coordinate of x0_hat to [-1, 1].
             values["method/policy_equivariance_error_clip_sample"] = policy_equivariance_error(
-                policy, schedule, eq_points, eq_axes, H, cfg.diffusion, rot, cfg.seed, clip=1.0)
+                policy, schedule, eq_points, eq_axes, H, cfg.diffusion, rot, cfg.seed, clip=1.0
+            )
             untrained = build_policy(cfg, kind).eval()
             values["method/equivariance_error_untrained"] = equivariance_error(
-                untrained, schedule, eq_points, eq_axes, eq_actions, rotations, cfg.seed)
-    values["oracle/demo_success_yaw"] = float(success_metrics(
-        canonical_demo(tests["yaw"]), tests["yaw"], ec.success_pos, ec.success_deg)["success"].mean())
-    values["oracle/demo_success_so3"] = float(success_metrics(
-        canonical_demo(tests["so3"]), tests["so3"], ec.success_pos, ec.success_deg)["success"].mean())
+                untrained, schedule, eq_points, eq_axes, eq_actions, rotations, cfg.seed
+            )
+    values["oracle/demo_success_yaw"] = float(
+        success_metrics(canonical_demo(tests["yaw"]), tests["yaw"], ec.success_pos, ec.success_deg)["success"].mean()
+    )
+    values["oracle/demo_success_so3"] = float(
+        success_metrics(canonical_demo(tests["so3"]), tests["so3"], ec.success_pos, ec.success_deg)["success"].mean()
+    )
     plots = Path(out_dir) / "plots"
     figures = [
         plot_success(cfg, values, plots / "success_yaw_vs_so3.png"),
@@ -332,9 +356,16 @@ def plot_success(cfg: Config, values: dict[str, float], path: Path) -> Path:
     x = np.arange(len(names))
     for j, (test, hatch) in enumerate((("yaw", ""), ("so3", "//"))):
         heights = [values[f"{v}/success_{test}"] for v in names]
-        bars = ax.bar(x + (j - 0.5) * width, heights, width, color=[COLORS[v] for v in names], hatch=hatch,
-                      edgecolor="black", alpha=0.85 if j == 0 else 0.55,
-                      label="yaw scenes (in-distribution)" if j == 0 else "SO(3)-rotated scenes")
+        bars = ax.bar(
+            x + (j - 0.5) * width,
+            heights,
+            width,
+            color=[COLORS[v] for v in names],
+            hatch=hatch,
+            edgecolor="black",
+            alpha=0.85 if j == 0 else 0.55,
+            label="yaw scenes (in-distribution)" if j == 0 else "SO(3)-rotated scenes",
+        )
         for b, h in zip(bars, heights):
             ax.text(b.get_x() + b.get_width() / 2, h + 0.01, f"{h:.2f}", ha="center", fontsize=8)
     ax.set_xticks(x)
@@ -360,11 +391,20 @@ def plot_rollouts(cfg: Config, tests: dict, norm: Normaliser, schedule, model_di
             rep = np.repeat(np.arange(idx, idx + 1), ec.samples_per_plot_scene)
             sub = {k: v[rep] for k, v in split.items()}
             points, ee_axes = norm.observation(sub["points"], sub["ee_pose"])
-            pred = norm.unnormalise(sample_actions(policy, schedule, points, ee_axes, cfg.data.horizon, cfg.diffusion,
-                                                   torch.Generator().manual_seed(cfg.seed + 7)))
+            pred = norm.unnormalise(
+                sample_actions(
+                    policy,
+                    schedule,
+                    points,
+                    ee_axes,
+                    cfg.data.horizon,
+                    cfg.diffusion,
+                    torch.Generator().manual_seed(cfg.seed + 7),
+                )
+            )
             out = success_metrics(pred, sub, ec.success_pos, ec.success_deg)
             ax = fig.add_subplot(len(kinds), len(scenes), r * len(scenes) + c + 1, projection="3d")
-            cloud = (split["points"][idx] - split["ee_pose"][idx, :3])
+            cloud = split["points"][idx] - split["ee_pose"][idx, :3]
             goals = split["goals"][idx] - split["ee_pose"][idx, :3]
             ax.scatter(*cloud.T, s=4, color="gray", alpha=0.6)
             ax.scatter(*goals.T, s=40, marker="*", color="green")
@@ -374,10 +414,11 @@ def plot_rollouts(cfg: Config, tests: dict, norm: Normaliser, schedule, model_di
                 ax.plot(*traj.T, color="tab:green" if out["success"][k] else "tab:red", lw=1)
                 end = pred[k, -1]
                 ax.quiver(*end[:3], *(0.05 * end[3:6]), color="tab:purple", lw=0.8)
-            demo = canonical_demo({k: v[idx:idx + 1] for k, v in split.items()})[0]
+            demo = canonical_demo({k: v[idx : idx + 1] for k, v in split.items()})[0]
             ax.quiver(*demo[-1, :3], *(0.05 * demo[-1, 3:6]), color="black", lw=1.2)
-            ax.set_title(f"{LABELS[variant]}\n{test} scene {idx}: {int(out['success'].sum())}/{len(pred)} succeed",
-                         fontsize=7)
+            ax.set_title(
+                f"{LABELS[variant]}\n{test} scene {idx}: {int(out['success'].sum())}/{len(pred)} succeed", fontsize=7
+            )
             ax.tick_params(labelsize=5)
     return plotting.save(fig, path)
 
@@ -388,8 +429,14 @@ def plot_errors(cfg: Config, outcomes: dict, path: Path) -> Path:
     for ax, test in zip(axes, ("yaw", "so3")):
         for variant, res in outcomes.items():
             o = res[test]
-            ax.scatter(np.clip(o["pos_err"], 1e-4, None), np.clip(o["rot_err_deg"], 1e-2, None), s=6, alpha=0.5,
-                       color=COLORS[variant], label=LABELS[variant])
+            ax.scatter(
+                np.clip(o["pos_err"], 1e-4, None),
+                np.clip(o["rot_err_deg"], 1e-2, None),
+                s=6,
+                alpha=0.5,
+                color=COLORS[variant],
+                label=LABELS[variant],
+            )
         ax.axvline(cfg.eval.success_pos, color="black", ls="--", lw=0.8)
         ax.axhline(cfg.eval.success_deg, color="black", ls="--", lw=0.8)
         ax.set_xscale("log")
@@ -408,8 +455,13 @@ def plot_learning_curves(history: dict, path: Path) -> Path:
         for key, ls in (("train/loss", "-"), ("val/loss", "--")):
             pts = [(r["step"], r[key]) for r in records if key in r]
             if pts:
-                ax.plot(*zip(*pts), ls=ls, marker=".", color=COLORS.get(variant, "gray"),
-                        label=f"{LABELS.get(variant, variant)} ({key.split('/')[0]})")
+                ax.plot(
+                    *zip(*pts),
+                    ls=ls,
+                    marker=".",
+                    color=COLORS.get(variant, "gray"),
+                    label=f"{LABELS.get(variant, variant)} ({key.split('/')[0]})",
+                )
     ax.set_yscale("log")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("epsilon MSE")
@@ -451,10 +503,23 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     units = f"training seeds ({cfg.data.n_test} test scenes per split each)"
     criteria = [
         # so3 >= 0.8 x yaw written as a per-seed difference, so its interval is a mean's t-interval
-        V.mean_criterion("sdp_keeps_success", "SDP-lite SO(3) success minus 0.8 x its yaw success",
-                         [sdp_so3 - 0.8 * sdp_yaw], 0.0, ">=", units=units),
-        V.difference_criterion("dp_drop", "Diffusion Policy yaw success minus its SO(3) success",
-                               [dp_yaw], [dp_so3], 0.30, ">=", units=units),
+        V.mean_criterion(
+            "sdp_keeps_success",
+            "SDP-lite SO(3) success minus 0.8 x its yaw success",
+            [sdp_so3 - 0.8 * sdp_yaw],
+            0.0,
+            ">=",
+            units=units,
+        ),
+        V.difference_criterion(
+            "dp_drop",
+            "Diffusion Policy yaw success minus its SO(3) success",
+            [dp_yaw],
+            [dp_so3],
+            0.30,
+            ">=",
+            units=units,
+        ),
     ]
     statement = (
         "Trained on yaw-only reach-and-align demos, SDP-lite's success on SO(3)-rotated scenes is >= 0.8 x its "
@@ -462,10 +527,24 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     )
     if cfg.film_ablation:
         film_so3 = v["method_film/success_so3"]
-        figures.update({"film_success_yaw": v["method_film/success_yaw"], "film_success_so3": film_so3,
-                        "film_equivariance_error": v["method_film/equivariance_error"]})
-        criteria.append(V.difference_criterion("sfilm_vs_film_so3", "SDP-lite (SFiLM) minus flat-FiLM SO(3) success",
-                                               [sdp_so3], [film_so3], 0.0, ">=", units=units))
+        figures.update(
+            {
+                "film_success_yaw": v["method_film/success_yaw"],
+                "film_success_so3": film_so3,
+                "film_equivariance_error": v["method_film/equivariance_error"],
+            }
+        )
+        criteria.append(
+            V.difference_criterion(
+                "sfilm_vs_film_so3",
+                "SDP-lite (SFiLM) minus flat-FiLM SO(3) success",
+                [sdp_so3],
+                [film_so3],
+                0.0,
+                ">=",
+                units=units,
+            )
+        )
         statement += ", and SFiLM >= flattened FiLM on the SO(3) scenes"
     sanity = {
         "sdp_equivariance_error_below_tol": v["method/equivariance_error"] < ec.equivariance_tol,
@@ -473,15 +552,18 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "baseline_equivariance_error_order_one": v["baseline/equivariance_error"] > ec.baseline_nonequivariance,
         "demonstrations_succeed": min(v["oracle/demo_success_yaw"], v["oracle/demo_success_so3"]) == 1.0,
     }
-    notes = (f"scale={cfg.scale.value}; {cfg.data.n_test} test scenes per split, one DDIM-{cfg.diffusion.ddim_steps} "
-             f"chunk each (same noise for every policy); success = final position < {ec.success_pos:g} from either "
-             f"grasp point and orientation error < {ec.success_deg:g} deg; equivariance error = max over "
-             f"{ec.equivariance_rotations} random rotations of the relative denoiser error (float32); one training "
-             "seed, so no criterion can hold (at best inconclusive)")
+    notes = (
+        f"scale={cfg.scale.value}; {cfg.data.n_test} test scenes per split, one DDIM-{cfg.diffusion.ddim_steps} "
+        f"chunk each (same noise for every policy); success = final position < {ec.success_pos:g} from either "
+        f"grasp point and orientation error < {ec.success_deg:g} deg; equivariance error = max over "
+        f"{ec.equivariance_rotations} random rotations of the relative denoiser error (float32); one training "
+        "seed, so no criterion can hold (at best inconclusive)"
+    )
     if cfg.scale != Scale.default:
         notes += "; the claim is only meaningful at the default scale"
-    return ClaimResult(statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)", criteria, sanity,
-                       figures, notes)
+    return ClaimResult(
+        statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)", criteria, sanity, figures, notes
+    )
 
 
 __all__ = ["claim", "evaluate", "load_model", "prepare", "train"]

@@ -20,7 +20,7 @@ class LMSize(StrictModel):
     n_head: int = Field(4, ge=1, le=32)
 
     @model_validator(mode="after")
-    def _divisible(self) -> "LMSize":
+    def _divisible(self) -> LMSize:
         if self.n_embd % self.n_head:
             raise ValueError("n_embd must be divisible by n_head")
         return self

@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 
 from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
-
 from models.common.tiny_lm import Tokenizer
 
 from .config import DataConfig
@@ -26,8 +25,6 @@ SPLITS = ("A", "B", "V", "C", "U")
 
 def make_tokenizer() -> Tokenizer:
     return Tokenizer.build(SYMBOLS)
-
-
 
 
 def operand(width: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -50,8 +47,15 @@ def sample_split(cfg: DataConfig, n: int, split: str, rng: np.random.Generator) 
     for i in range(n):
         op = "*" if mul[i] else "+"
         value = int(a[i]) * int(b[i]) if mul[i] else int(a[i]) + int(b[i])
-        out.append({"prompt": f"{a[i]}{op}{b[i]}=", "answer": str(value), "split": split,
-                    "group": f"{op}{wa[i]}x{wb[i]}", "large_correct": bool(large[i])})
+        out.append(
+            {
+                "prompt": f"{a[i]}{op}{b[i]}=",
+                "answer": str(value),
+                "split": split,
+                "group": f"{op}{wa[i]}x{wb[i]}",
+                "large_correct": bool(large[i]),
+            }
+        )
     return out
 
 
@@ -78,9 +82,11 @@ def make_questions(cfg: DataConfig, rng: np.random.Generator) -> list[dict]:
             if len(fresh) == sizes[split]:
                 break
         else:
-            raise ValueError(f"data: only {len(fresh)} of data.n_{split.lower()}={sizes[split]} split-{split} "
-                             f"questions are new at max_add_width={cfg.max_add_width}, "
-                             f"max_mul_width={cfg.max_mul_width}; widen the operands or shrink the split")
+            raise ValueError(
+                f"data: only {len(fresh)} of data.n_{split.lower()}={sizes[split]} split-{split} "
+                f"questions are new at max_add_width={cfg.max_add_width}, "
+                f"max_mul_width={cfg.max_mul_width}; widen the operands or shrink the split"
+            )
         out += fresh
     return out
 
@@ -118,8 +124,15 @@ def load_questions_jsonl(path: Path, tok: Tokenizer, large_accuracy: float, seed
         if split not in SPLITS:
             raise ValueError(f"{path}:{line_no}: split {split!r} not in {SPLITS}")
         large = rec.get("large_correct")
-        out.append({"prompt": prompt, "answer": answer, "split": split, "group": str(rec.get("group", "all")),
-                    "large_correct": bool(rng.random() < large_accuracy) if large is None else bool(large)})
+        out.append(
+            {
+                "prompt": prompt,
+                "answer": answer,
+                "split": split,
+                "group": str(rec.get("group", "all")),
+                "large_correct": bool(rng.random() < large_accuracy) if large is None else bool(large),
+            }
+        )
     if not out:
         raise ValueError(f"{path}: no records")
     return out

@@ -70,7 +70,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
+from models.base import (
+    ClaimResult,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
+)
 from models.common import plotting
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
@@ -105,10 +114,22 @@ from .data import (
 
 SMALL_LM = "small_lm"  # the versioned base model folder inside the dataset
 SOURCES = ("method", "baseline", "baseline_mean", "finetuned_logits", "verbalized", "random")
-LABELS = {"method": "Self-REF c(x)", "baseline": "token prob (product)", "baseline_mean": "token prob (mean)",
-          "finetuned_logits": "fine-tuned logits", "verbalized": "verbalised digit", "random": "random"}
-COLORS = {"method": "tab:red", "baseline": "tab:blue", "baseline_mean": "tab:cyan", "finetuned_logits": "tab:green",
-          "verbalized": "tab:orange", "random": "tab:gray"}
+LABELS = {
+    "method": "Self-REF c(x)",
+    "baseline": "token prob (product)",
+    "baseline_mean": "token prob (mean)",
+    "finetuned_logits": "fine-tuned logits",
+    "verbalized": "verbalised digit",
+    "random": "random",
+}
+COLORS = {
+    "method": "tab:red",
+    "baseline": "tab:blue",
+    "baseline_mean": "tab:cyan",
+    "finetuned_logits": "tab:green",
+    "verbalized": "tab:orange",
+    "random": "tab:gray",
+}
 
 
 # ----------------------------------------------------------------------------- data
@@ -119,8 +140,14 @@ def target_text(rec: dict, reverse: bool) -> str:
     return rec["answer"][::-1] if reverse else rec["answer"]
 
 
-def lm_examples(tok: Tokenizer, records: list[dict], answers: list[str] | None = None, suffixes: list[list[str]] | None = None,
-                answer_weight: list[float] | None = None, reverse: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def lm_examples(
+    tok: Tokenizer,
+    records: list[dict],
+    answers: list[str] | None = None,
+    suffixes: list[list[str]] | None = None,
+    answer_weight: list[float] | None = None,
+    reverse: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``<bos> prompt answer suffix`` rows, per-token loss weights, and answer masks.
 
     The prompt is never a target; the answer tokens weigh ``answer_weight[i]`` (0 masks them);
@@ -148,13 +175,23 @@ def pretrain_small_lm(cfg: Config, tok: Tokenizer, train: list[dict], val: list[
     """Long MLE training on split A: the base model, deliberately overfit (overconfident)."""
     d = cfg.data
     torch.manual_seed(cfg.seed)
-    model = TinyLM(LMConfig(vocab_size=len(tok), n_positions=24, n_embd=d.lm.n_embd, n_layer=d.lm.n_layer, n_head=d.lm.n_head))
+    model = TinyLM(
+        LMConfig(vocab_size=len(tok), n_positions=24, n_embd=d.lm.n_embd, n_layer=d.lm.n_layer, n_head=d.lm.n_head)
+    )
     ids, weights, _ = lm_examples(tok, train, reverse=d.reverse_answers)
     val_ids, val_weights, _ = lm_examples(tok, val, reverse=d.reverse_answers)
-    loader = DataLoader(TensorDataset(ids, weights), d.pretrain_batch, shuffle=True, generator=torch.Generator().manual_seed(cfg.seed))
-    history = fit(LanguageModelling(model, d.pretrain_lr), loader, DataLoader(TensorDataset(val_ids, val_weights), 1024),
-                  max_epochs=d.pretrain_epochs, seed=cfg.seed, variant="small LM pretraining",
-                  check_val_every_n_epoch=max(1, d.pretrain_epochs // 15))
+    loader = DataLoader(
+        TensorDataset(ids, weights), d.pretrain_batch, shuffle=True, generator=torch.Generator().manual_seed(cfg.seed)
+    )
+    history = fit(
+        LanguageModelling(model, d.pretrain_lr),
+        loader,
+        DataLoader(TensorDataset(val_ids, val_weights), 1024),
+        max_epochs=d.pretrain_epochs,
+        seed=cfg.seed,
+        variant="small LM pretraining",
+        check_val_every_n_epoch=max(1, d.pretrain_epochs // 15),
+    )
     return model.eval(), history
 
 
@@ -180,10 +217,13 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     if d.questions_jsonl:
         provenance = f"questions from data/{d.questions_jsonl} (user-supplied JSONL)"
     else:
-        provenance = (f"models.self_ref.data synthetic arithmetic QA (seed {cfg.seed}, A/B/V/C/U = "
-                      f"{d.n_a}/{d.n_b}/{d.n_v}/{d.n_c}/{d.n_u})")
-    provenance += (f"; small LM from data/{d.base_lm}" if d.base_lm else "; tiny GPT-2 small LM pretrained on split A") + (
-        f"; calculator large model right with probability {d.large_accuracy:g}")
+        provenance = (
+            f"models.self_ref.data synthetic arithmetic QA (seed {cfg.seed}, A/B/V/C/U = "
+            f"{d.n_a}/{d.n_b}/{d.n_v}/{d.n_c}/{d.n_u})"
+        )
+    provenance += (
+        f"; small LM from data/{d.base_lm}" if d.base_lm else "; tiny GPT-2 small LM pretrained on split A"
+    ) + (f"; calculator large model right with probability {d.large_accuracy:g}")
     meta = {
         **dataset_meta("real" if d.questions_jsonl else "synthetic", provenance),
         "generator": "synthetic arithmetic QA + tiny GPT-2 small LM + calculator large model (models/self_ref/data.py)",
@@ -256,7 +296,9 @@ def answer_questions(model: TinyLM, tok: Tokenizer, records: list[dict], reverse
 # ----------------------------------------------------------------------------- Self-REF data (Algorithm 1)
 
 
-def selfref_data(tok: Tokenizer, records: list[dict], base: Answers, cfg: Config, rng: np.random.Generator) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
+def selfref_data(
+    tok: Tokenizer, records: list[dict], base: Answers, cfg: Config, rng: np.random.Generator
+) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
     """D_CN = {(x, y_hat + <CN>) : y_hat = y}, D_UN = {(x, y_hat + <UN>) : y_hat != y}, <UN> subsampled.
 
     Returns the kept records, their base answers, suffixes and answer weights (0 on <UN> answers:
@@ -265,19 +307,25 @@ def selfref_data(tok: Tokenizer, records: list[dict], base: Answers, cfg: Config
     cn = np.flatnonzero(base.correct)
     un = np.flatnonzero(~base.correct)
     if not len(cn):
-        raise ValueError(f"the small LM answers none of the {len(records)} questions correctly: Self-REF has no "
-                         "<CN> examples (pretrain it longer: data.pretrain_epochs, or make the questions easier)")
+        raise ValueError(
+            f"the small LM answers none of the {len(records)} questions correctly: Self-REF has no "
+            "<CN> examples (pretrain it longer: data.pretrain_epochs, or make the questions easier)"
+        )
     keep_un = min(len(un), max(1, int(round(cfg.un_ratio * len(cn)))))
     un = np.sort(rng.choice(un, size=keep_un, replace=False)) if len(un) else un
     kept = np.sort(np.concatenate([cn, un]))
     recs = [records[i] for i in kept]
     answers = [base.text[i] for i in kept]
     suffixes = [[CONFIDENT] if base.correct[i] else [UNCONFIDENT] for i in kept]
-    weights = [(1.0 if cfg.cn_answer_loss else 0.0) if base.correct[i] else (0.0 if cfg.mask_un_answers else 1.0) for i in kept]
+    weights = [
+        (1.0 if cfg.cn_answer_loss else 0.0) if base.correct[i] else (0.0 if cfg.mask_un_answers else 1.0) for i in kept
+    ]
     return recs, answers, suffixes, weights
 
 
-def finetuned_logits_data(records: list[dict], base: Answers, selfref: tuple) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
+def finetuned_logits_data(
+    records: list[dict], base: Answers, selfref: tuple
+) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
     """The same mixture without confidence tokens (the paper's "fine-tuned logits" baseline): with the
     wrong answers masked, what is left to learn are the correct answers of the <CN> samples."""
     recs, answers, suffixes, _ = selfref
@@ -285,7 +333,9 @@ def finetuned_logits_data(records: list[dict], base: Answers, selfref: tuple) ->
     return [recs[i] for i in keep], [answers[i] for i in keep], [[EOS] for _ in keep], [1.0 for _ in keep]
 
 
-def verbalized_data(records: list[dict], base: Answers, selfref: tuple) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
+def verbalized_data(
+    records: list[dict], base: Answers, selfref: tuple
+) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
     """``y_hat ; d <eos>`` with d = round(9 x the base accuracy of the item's group on split B)."""
     recs, answers, _, weights = selfref
     groups: dict[str, list[bool]] = {}
@@ -295,8 +345,9 @@ def verbalized_data(records: list[dict], base: Answers, selfref: tuple) -> tuple
     return recs, answers, [[";", digit[r["group"]], EOS] for r in recs], weights
 
 
-def with_adapters(base: TinyLM, tok: Tokenizer, new_tokens: tuple[str, ...], trainable_tokens: tuple[str, ...], cfg: Config,
-                  seed: int) -> tuple[TinyLM, Tokenizer, list, dict]:
+def with_adapters(
+    base: TinyLM, tok: Tokenizer, new_tokens: tuple[str, ...], trainable_tokens: tuple[str, ...], cfg: Config, seed: int
+) -> tuple[TinyLM, Tokenizer, list, dict]:
     """A copy of ``base`` with ``new_tokens`` (single tokens at the mean embedding), LoRA on Q, K, V, and
     gradient masks that leave only the embedding rows of ``trainable_tokens`` free (the output layer is tied)."""
     model = copy.deepcopy(base).train()
@@ -322,8 +373,18 @@ def base_soft_targets(base: TinyLM, ids: torch.Tensor, batch: int = 1024) -> tor
     return out
 
 
-def finetune(base: TinyLM, tok: Tokenizer, new_tokens: tuple[str, ...], trainable_tokens: tuple[str, ...], data: tuple,
-             val: tuple, cfg: Config, seed: int, variant: str, distill: bool = False) -> tuple[TinyLM, Tokenizer, list]:
+def finetune(
+    base: TinyLM,
+    tok: Tokenizer,
+    new_tokens: tuple[str, ...],
+    trainable_tokens: tuple[str, ...],
+    data: tuple,
+    val: tuple,
+    cfg: Config,
+    seed: int,
+    variant: str,
+    distill: bool = False,
+) -> tuple[TinyLM, Tokenizer, list]:
     """LoRA on Q, K, V plus the embedding rows of ``trainable_tokens`` (new tokens start at the mean
     embedding). With ``distill`` the answer positions are matched to the frozen base model's
     next-token distributions, which keeps the answers (and the new tokens' absence from them) as they were."""
@@ -363,7 +424,10 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     base, tok = load_pretrained(data.file(SMALL_LM)), load_tokenizer(data.file(SMALL_LM))
     splits = by_split(read_jsonl(data.file("questions.jsonl")))
     reverse = cfg.data.reverse_answers
-    base_b, base_v = answer_questions(base, tok, splits["B"], reverse), answer_questions(base, tok, splits["V"], reverse)
+    base_b, base_v = (
+        answer_questions(base, tok, splits["B"], reverse),
+        answer_questions(base, tok, splits["V"], reverse),
+    )
     history: dict[str, list] = {"pretraining": json.loads(data.file("pretraining.json").read_text())}
     summary = {"base/acc_split_B": float(base_b.correct.mean()), "base/acc_split_V": float(base_v.correct.mean())}
     for k in range(cfg.n_seeds):
@@ -377,8 +441,18 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             new_tokens, trainable, builder, distill = FINETUNED[name]
             train_set = mix if builder is None else builder(splits["B"], base_b, mix)
             val_set = mix_val if builder is None else builder(splits["V"], base_v, mix_val)
-            model, tok_v, records = finetune(base, tok, new_tokens, trainable, train_set, val_set, cfg, seed,
-                                             f"{name}, seed {seed}", distill and not cfg.cn_answer_loss)
+            model, tok_v, records = finetune(
+                base,
+                tok,
+                new_tokens,
+                trainable,
+                train_set,
+                val_set,
+                cfg,
+                seed,
+                f"{name}, seed {seed}",
+                distill and not cfg.cn_answer_loss,
+            )
             save_pretrained(model, out_dir / f"{name}_seed{k}", tok_v)
             history[name if k == 0 else f"{name}_seed{k}"] = records
     return TrainedArtifacts(out_dir, history, summary)
@@ -410,8 +484,9 @@ def ece(correct: np.ndarray, score: np.ndarray, bins: int) -> float:
     return float(total)
 
 
-def routing_curve(small_correct: np.ndarray, large_correct: np.ndarray, score: np.ndarray, rates: np.ndarray,
-                  tie_break: np.ndarray) -> np.ndarray:
+def routing_curve(
+    small_correct: np.ndarray, large_correct: np.ndarray, score: np.ndarray, rates: np.ndarray, tie_break: np.ndarray
+) -> np.ndarray:
     """Accuracy when the round(rate n) least confident queries go to the large model (ties in random order)."""
     order = np.lexsort((tie_break, score))  # ascending confidence
     n = len(score)
@@ -419,7 +494,9 @@ def routing_curve(small_correct: np.ndarray, large_correct: np.ndarray, score: n
     return small_correct.mean() + routed_gain[np.round(rates * n).astype(int)] / n
 
 
-def random_routing_sd(small_correct: np.ndarray, large_correct: np.ndarray, rates: np.ndarray, draws: int) -> np.ndarray:
+def random_routing_sd(
+    small_correct: np.ndarray, large_correct: np.ndarray, rates: np.ndarray, draws: int
+) -> np.ndarray:
     """Standard deviation of the mean-over-draws random-routing accuracy (sampling without replacement)."""
     n = len(small_correct)
     d = large_correct.astype(float) - small_correct
@@ -434,7 +511,7 @@ def trapezoid(y: np.ndarray, x: np.ndarray) -> float:
 
 def confidence_sources(answers: dict[str, Answers], rng: np.random.Generator) -> dict[str, tuple[np.ndarray, Answers]]:
     """(confidence score, answers it goes with) per source; missing read-outs fall back to 0.5."""
-    fill = lambda x: np.where(np.isfinite(x), x, 0.5)  # noqa: E731
+    fill = lambda x: np.where(np.isfinite(x), x, 0.5)
     base = answers["base"]
     out = {
         "method": (fill(answers["selfref"].selfref), answers["selfref"]),
@@ -448,14 +525,18 @@ def confidence_sources(answers: dict[str, Answers], rng: np.random.Generator) ->
     return out
 
 
-def evaluate_seed(cfg: Config, splits: dict, base: dict[str, Answers], models: dict[str, tuple[TinyLM, Tokenizer]], seed: int) -> dict:
+def evaluate_seed(
+    cfg: Config, splits: dict, base: dict[str, Answers], models: dict[str, tuple[TinyLM, Tokenizer]], seed: int
+) -> dict:
     """All metrics of every confidence source for one fine-tuning seed (``base``: the base model's answers per split)."""
     rates = np.linspace(0, 1, cfg.routing_levels)
     test = splits["C"]
     large = np.array([r["large_correct"] for r in test])
     reverse = cfg.data.reverse_answers
-    per_split = {s: {"base": base[s], **{name: answer_questions(m, t, splits[s], reverse) for name, (m, t) in models.items()}}
-                 for s in ("C", "V", "U")}
+    per_split = {
+        s: {"base": base[s], **{name: answer_questions(m, t, splits[s], reverse) for name, (m, t) in models.items()}}
+        for s in ("C", "V", "U")
+    }
     rng = np.random.default_rng(seed + 12345)
     tie_break = rng.random(len(test))
     sources_c = confidence_sources(per_split["C"], np.random.default_rng(seed))
@@ -465,8 +546,10 @@ def evaluate_seed(cfg: Config, splits: dict, base: dict[str, Answers], models: d
     for name, (score, ans) in sources_c.items():
         correct = ans.correct.astype(float)
         if name == "random":  # average several random orders: its expected curve is the straight line
-            curves = [routing_curve(correct, large, np.random.default_rng(seed + 100 + j).random(len(test)), rates, tie_break)
-                      for j in range(cfg.random_routing_draws)]
+            curves = [
+                routing_curve(correct, large, np.random.default_rng(seed + 100 + j).random(len(test)), rates, tie_break)
+                for j in range(cfg.random_routing_draws)
+            ]
             curve = np.mean(curves, 0)
         else:
             curve = routing_curve(correct, large, score, rates, tie_break)
@@ -546,7 +629,13 @@ def plot_routing(result: dict, rates: np.ndarray, values: dict, path: Path) -> P
     plt = plotting.pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, curve in result["curves"].items():
-        ax.plot(rates, curve, marker=".", color=COLORS[name], label=f"{LABELS[name]} (area {values[name + '/routing_auc']:.3f})")
+        ax.plot(
+            rates,
+            curve,
+            marker=".",
+            color=COLORS[name],
+            label=f"{LABELS[name]} (area {values[name + '/routing_auc']:.3f})",
+        )
     ax.axhline(result["large_acc"], color="k", ls=":", lw=0.8, label="large model alone")
     ax.set_xlabel("routing rate (fraction sent to the large model)")
     ax.set_ylabel("system accuracy")
@@ -590,8 +679,13 @@ def plot_calibration(result: dict, bins: int, path: Path) -> Path:
         ax.set_xlabel("confidence", fontsize=7)
         ax.set_ylabel("accuracy", fontsize=7)
         ax = axes[1, j]
-        ax.hist([score[correct == 1], score[correct == 0]], bins=edges, color=["tab:green", "tab:red"],
-                label=["right", "wrong"], stacked=True)
+        ax.hist(
+            [score[correct == 1], score[correct == 0]],
+            bins=edges,
+            color=["tab:green", "tab:red"],
+            label=["right", "wrong"],
+            stacked=True,
+        )
         ax.set_xlabel("confidence", fontsize=7)
     axes[1, 0].legend(fontsize=7)
     return plotting.save(fig, path)
@@ -643,11 +737,24 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
 
     units = "paired fine-tuning seeds (each scored on split C)"
     criteria = [
-        V.difference_criterion("auroc_gain", "Self-REF minus answer-token-probability AUROC for correctness",
-                               per_seed("method", "auroc"), per_seed("baseline", "auroc"), 0.03, ">=", units=units),
-        V.difference_criterion("routing_auc_gain", "Self-REF minus token-probability area under accuracy vs routing rate",
-                               per_seed("method", "routing_auc"), per_seed("baseline", "routing_auc"), 0.0, ">=",
-                               units=units),
+        V.difference_criterion(
+            "auroc_gain",
+            "Self-REF minus answer-token-probability AUROC for correctness",
+            per_seed("method", "auroc"),
+            per_seed("baseline", "auroc"),
+            0.03,
+            ">=",
+            units=units,
+        ),
+        V.difference_criterion(
+            "routing_auc_gain",
+            "Self-REF minus token-probability area under accuracy vs routing rate",
+            per_seed("method", "routing_auc"),
+            per_seed("baseline", "routing_auc"),
+            0.0,
+            ">=",
+            units=units,
+        ),
     ]
     sanity = {
         "confidence_in_unit_interval": v["method/confidence_min"] >= 0 and v["method/confidence_max"] <= 1,

@@ -35,7 +35,7 @@ class RunBatch:
     horizon: int
 
     @classmethod
-    def stack(cls, mdps: list[SleepingMDP]) -> "RunBatch":
+    def stack(cls, mdps: list[SleepingMDP]) -> RunBatch:
         horizons = {m.horizon for m in mdps}
         actions = {m.n_actions for m in mdps}
         if len(horizons) != 1 or len(actions) != 1:

@@ -35,7 +35,7 @@ class DataConfig(StrictModel):
     official_config_dir: RelPath = ""
 
     @model_validator(mode="after")
-    def _unique_names(self) -> "DataConfig":
+    def _unique_names(self) -> DataConfig:
         names = [s.name for s in self.settings]
         if len(set(names)) != len(names):
             raise ValueError(f"setting names must be unique, got {names}")
@@ -54,9 +54,14 @@ class Config(MethodConfig):
         "paper": {
             # The repository's grid: g in {2,3,4} x p in {0.25, 0.5, 1}, K = 200k, 4 trials, theory constants.
             "data.settings": [
-                {"name": f"g{g}_p{str(p).replace('.', '')}", "grid": g, "safe_prob": p,
-                 "role": {(2, 0.25): "main", (3, 0.5): "second", (2, 1.0): "control"}.get((g, p), "extra")}
-                for g in (2, 3, 4) for p in (0.25, 0.5, 1.0)
+                {
+                    "name": f"g{g}_p{str(p).replace('.', '')}",
+                    "grid": g,
+                    "safe_prob": p,
+                    "role": {(2, 0.25): "main", (3, 0.5): "second", (2, 1.0): "control"}.get((g, p), "extra"),
+                }
+                for g in (2, 3, 4)
+                for p in (0.25, 0.5, 1.0)
             ],
             "episodes": 200_000,
             "n_seeds": 4,

@@ -53,7 +53,7 @@ class SleepingMDP:
         return {"P": self.P, "R": self.R, "C": self.C, "start": np.array(self.start), "horizon": np.array(self.horizon)}
 
     @classmethod
-    def from_arrays(cls, arrays) -> "SleepingMDP":
+    def from_arrays(cls, arrays) -> SleepingMDP:
         return cls(arrays["P"], arrays["R"], arrays["C"], int(arrays["start"]), int(arrays["horizon"]))
 
 
@@ -113,7 +113,9 @@ def sample_lake_masks(grid: int, safe_prob: float, positions: np.ndarray, rng: n
 # ----------------------------------------------------------------------------- random MDPs
 
 
-def random_mdp(n_states: int, n_actions: int, horizon: int, rng: np.random.Generator, alpha: float = 1.0) -> SleepingMDP:
+def random_mdp(
+    n_states: int, n_actions: int, horizon: int, rng: np.random.Generator, alpha: float = 1.0
+) -> SleepingMDP:
     """Random MDP: P(.|s,a) ~ Dirichlet(alpha), R ~ U[0,1], each action available independently
     with a state-dependent probability, conditioned on at least one action being available."""
     P = rng.dirichlet(alpha * np.ones(n_states), size=(n_states, n_actions))

@@ -103,8 +103,13 @@ def resolve_settings(cfg: Config) -> tuple[list[Setting], int, dict]:
         name = f"g{c.grid}_p{f'{c.no_hole_prob:g}'.replace('.', '')}"
         if name not in seen:  # e.g. the K=100k and K=200k files of one setting
             seen.add(name)
-            settings.append(Setting(name=name, grid=c.grid, safe_prob=c.no_hole_prob, role=_role(c.grid, c.no_hole_prob)))
-    noted = {name: {"K": c.episodes, "n_trials": c.n_trials, "algorithms": list(c.algorithms)} for name, c in official.items()}
+            settings.append(
+                Setting(name=name, grid=c.grid, safe_prob=c.no_hole_prob, role=_role(c.grid, c.no_hole_prob))
+            )
+    noted = {
+        name: {"K": c.episodes, "n_trials": c.n_trials, "algorithms": list(c.algorithms)}
+        for name, c in official.items()
+    }
     return settings, horizons.pop(), noted
 
 
@@ -120,18 +125,27 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         v_agn, q_agn = agnostic_values(mdp)
         arrays = mdp.arrays() | {"v_star": v_star, "q_star": q_star, "v_agnostic": v_agn, "q_agnostic": q_agn}
         # JSON, not npz: a zip member carries a timestamp, and the data must be byte-identical per seed.
-        (data_dir / "envs" / f"{s.name}.json").write_text(json.dumps({k: np.asarray(a).tolist() for k, a in arrays.items()}))
+        (data_dir / "envs" / f"{s.name}.json").write_text(
+            json.dumps({k: np.asarray(a).tolist() for k, a in arrays.items()})
+        )
         records.append(
-            s.model_dump() | {"horizon": horizon, "v_star": float(v_star[0, mdp.start]), "v_agnostic": float(v_agn[0, mdp.start])}
+            s.model_dump()
+            | {"horizon": horizon, "v_star": float(v_star[0, mdp.start]), "v_agnostic": float(v_agn[0, mdp.start])}
         )
     (data_dir / "settings.json").write_text(json.dumps(records, indent=2))
     names = ", ".join(r["name"] for r in records)
     if official:  # the settings are the official repository's own config files
-        origin = dataset_meta("real", f"official SleepingRL configs/*.json from data/{cfg.data.official_config_dir} "
-                              f"({names}, H={horizon}); StochasticFrozenLake built and solved exactly from them")
+        origin = dataset_meta(
+            "real",
+            f"official SleepingRL configs/*.json from data/{cfg.data.official_config_dir} "
+            f"({names}, H={horizon}); StochasticFrozenLake built and solved exactly from them",
+        )
     else:
-        origin = dataset_meta("synthetic", f"StochasticFrozenLake re-implemented from the official env.py, settings "
-                              f"{names} (H={horizon}) from the config; exact DP values")
+        origin = dataset_meta(
+            "synthetic",
+            f"StochasticFrozenLake re-implemented from the official env.py, settings "
+            f"{names} (H={horizon}) from the config; exact DP values",
+        )
     meta = {
         **origin,
         "generator": "StochasticFrozenLake (official env.py) as a tabular MDP + exact dynamic programming",
@@ -256,7 +270,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
                 values[f"{variant}/last10_reward_{name}_seed{int(runs['run_seed'][i])}"] = float(value)
             values[f"{variant}/last10_reward_{name}"] = float(final.mean())
             values[f"{variant}/regret_{name}"] = float((K * s["v_star"] - rewards.sum(axis=1)).mean())
-            values[f"{variant}/policy_value_{name}"] = float(np.mean([_policy_value(mdp, runs[f"q_{variant}"][i], variant) for i in rows]))
+            values[f"{variant}/policy_value_{name}"] = float(
+                np.mean([_policy_value(mdp, runs[f"q_{variant}"][i], variant) for i in rows])
+            )
         values[f"method/gap_{name}"] = values[f"method/last10_reward_{name}"] - values[f"baseline/last10_reward_{name}"]
     main = _main_setting(settings)
     for variant in VARIANTS:
@@ -343,8 +359,19 @@ def _abs_mean_criterion(name: str, statement: str, deviations: np.ndarray, thres
     mean, low, high = V.t_interval(deviations)
     abs_low = 0.0 if low <= 0.0 <= high else min(abs(low), abs(high))
     reason = "one unit: no interval, so at best inconclusive" if len(deviations) == 1 else ""
-    return Criterion(name, statement, abs(mean), abs_low, max(abs(low), abs(high)), threshold, "<=",
-                     f"{len(deviations)} seeds", len(deviations), "t", reason=reason)
+    return Criterion(
+        name,
+        statement,
+        abs(mean),
+        abs_low,
+        max(abs(low), abs(high)),
+        threshold,
+        "<=",
+        f"{len(deviations)} seeds",
+        len(deviations),
+        "t",
+        reason=reason,
+    )
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
@@ -359,19 +386,41 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         n = s.name
         v_star, v_agn = v[f"reference/v_star_{n}"], v[f"reference/v_agnostic_{n}"]
         sleeping, ucbvi = v[f"method/last10_reward_{n}"], v[f"baseline/last10_reward_{n}"]
-        figures |= {f"sleeping_last10_{n}": sleeping, f"ucbvi_last10_{n}": ucbvi, f"v_star_{n}": v_star, f"v_agnostic_{n}": v_agn}
+        figures |= {
+            f"sleeping_last10_{n}": sleeping,
+            f"ucbvi_last10_{n}": ucbvi,
+            f"v_star_{n}": v_star,
+            f"v_agnostic_{n}": v_agn,
+        }
         figures[f"sleeping_error_{n}"] = abs(sleeping - v_star)  # (i) <= 0.3
         figures[f"ucbvi_excess_{n}"] = ucbvi - v_agn  # (ii) <= 0.3
         figures[f"gap_ratio_{n}"] = (sleeping - ucbvi) / (v_star - v_agn)  # (iii) >= 0.5
         per_seed = {x: np.array([v[f"{x}/last10_reward_{n}_seed{seed}"] for seed in seeds]) for x in VARIANTS}
         criteria += [
-            _abs_mean_criterion(f"sleeping_error_{n}", f"{n}: |SleepingUCBVI last-10% reward - V*| (V* = {v_star:.3f})",
-                                per_seed["method"] - v_star, TOLERANCE),
-            V.mean_criterion(f"ucbvi_excess_{n}", f"{n}: UCBVI last-10% reward - V*_agnostic (= {v_agn:.3f})",
-                             per_seed["baseline"] - v_agn, TOLERANCE, "<=", units="seeds"),
-            V.difference_criterion(f"gap_ratio_{n}", f"{n}: (SleepingUCBVI - UCBVI last-10% reward) / (V* - V*_agnostic)",
-                                   per_seed["method"], per_seed["baseline"], 0.5, ">=", units="paired seeds",
-                                   scale=1.0 / (v_star - v_agn)),
+            _abs_mean_criterion(
+                f"sleeping_error_{n}",
+                f"{n}: |SleepingUCBVI last-10% reward - V*| (V* = {v_star:.3f})",
+                per_seed["method"] - v_star,
+                TOLERANCE,
+            ),
+            V.mean_criterion(
+                f"ucbvi_excess_{n}",
+                f"{n}: UCBVI last-10% reward - V*_agnostic (= {v_agn:.3f})",
+                per_seed["baseline"] - v_agn,
+                TOLERANCE,
+                "<=",
+                units="seeds",
+            ),
+            V.difference_criterion(
+                f"gap_ratio_{n}",
+                f"{n}: (SleepingUCBVI - UCBVI last-10% reward) / (V* - V*_agnostic)",
+                per_seed["method"],
+                per_seed["baseline"],
+                0.5,
+                ">=",
+                units="paired seeds",
+                scale=1.0 / (v_star - v_agn),
+            ),
         ]
 
     sanity: dict[str, bool] = {}
@@ -382,7 +431,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             sanity[f"dp_matches_table_{n}"] = abs(v_star - table[0]) <= 0.01 and abs(v_agn - table[1]) <= 0.01
         # no policy beats the optimum; UCBVI's availability-blind policy cannot beat V*_agnostic
         sanity[f"policy_values_bounded_{n}"] = (
-            v[f"method/policy_value_{n}"] <= v_star + 1e-9 and v[f"baseline/policy_value_{n}"] <= v_agn + 1e-9 and v_agn <= v_star + 1e-9
+            v[f"method/policy_value_{n}"] <= v_star + 1e-9
+            and v[f"baseline/policy_value_{n}"] <= v_agn + 1e-9
+            and v_agn <= v_star + 1e-9
         )
         if s.role == "control":
             closed_form = horizon - 2 * (s.grid - 1) + 1  # env.py's value for p = 1
@@ -390,7 +441,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             figures[f"control_sleeping_last10_{n}"] = v[f"method/last10_reward_{n}"]
             figures[f"control_ucbvi_last10_{n}"] = v[f"baseline/last10_reward_{n}"]
             if cfg.scale == Scale.default:  # (iv): learning has converged only at the default budget
-                sanity[f"control_within_tol_{n}"] = all(abs(v[f"{x}/last10_reward_{n}"] - v_star) <= TOLERANCE for x in VARIANTS)
+                sanity[f"control_within_tol_{n}"] = all(
+                    abs(v[f"{x}/last10_reward_{n}"] - v_star) <= TOLERANCE for x in VARIANTS
+                )
     statement = (
         "SleepingUCBVI reaches the availability-aware optimum V* (|last-10% reward - V*| <= 0.3) while UCBVI "
         "plateaus at the best availability-agnostic value (<= V*_agnostic + 0.3), and the gap is at least "

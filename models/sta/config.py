@@ -43,7 +43,7 @@ class DataConfig(StrictModel):
     videos_npz: RelPath = ""
 
     @model_validator(mode="after")
-    def _check(self) -> "DataConfig":
+    def _check(self) -> DataConfig:
         if self.max_radius < self.min_radius or self.max_speed < self.min_speed:
             raise ValueError("need min_radius <= max_radius and min_speed <= max_speed")
         if 2 * self.max_radius >= self.size:
@@ -102,7 +102,7 @@ class KernelCase(StrictModel):
     text_length: int = Field(0, ge=0, le=200)
 
     @model_validator(mode="after")
-    def _check(self) -> "KernelCase":
+    def _check(self) -> KernelCase:
         _check_canvas(self.canvas, self.tile, "kernel case")
         for w in self.windows:
             _check_window(w, self.canvas, self.tile, "kernel case")
@@ -122,7 +122,7 @@ class AccountingCase(StrictModel):
     window: Triple
 
     @model_validator(mode="after")
-    def _check(self) -> "AccountingCase":
+    def _check(self) -> AccountingCase:
         _check_canvas(self.canvas, self.tile, self.name)
         _check_window(self.window, self.canvas, self.tile, self.name)
         return self
@@ -222,14 +222,19 @@ class Config(MethodConfig):
     @property
     def canvas(self) -> Triple:
         """The DiT's token canvas (frames, rows, cols) after patchify."""
-        return (self.data.frames // self.model.patch[0], self.data.size // self.model.patch[1],
-                self.data.size // self.model.patch[2])
+        return (
+            self.data.frames // self.model.patch[0],
+            self.data.size // self.model.patch[1],
+            self.data.size // self.model.patch[2],
+        )
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         p = self.model.patch
         if self.data.frames % p[0] or self.data.size % p[1] or self.data.size % p[2]:
-            raise ValueError(f"model.patch {p} must divide (frames, size, size) = ({self.data.frames}, {self.data.size}, {self.data.size})")
+            raise ValueError(
+                f"model.patch {p} must divide (frames, size, size) = ({self.data.frames}, {self.data.size}, {self.data.size})"
+            )
         if self.model.dim % self.model.heads:
             raise ValueError("model.dim must be a multiple of model.heads")
         _check_canvas(self.canvas, self.model.tile, "model")

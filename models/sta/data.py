@@ -11,9 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
-
 from models.base import DatasetRef, dataset_meta, user_data_path, write_manifest
+from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
 FILE = "videos.npz"
 
@@ -41,17 +40,25 @@ def moving_shapes(n: int, cfg, rng: np.random.Generator) -> np.ndarray:
         velocity = speed[:, None] * np.stack([np.sin(angle), np.cos(angle)], 1)
         is_square = rng.random(n) < 0.5
         hue = rng.integers(0, 6, size=n)  # six saturated colours, dimmed or not
-        colour = np.array([[255, 64, 64], [64, 255, 64], [64, 64, 255], [255, 255, 64], [64, 255, 255], [255, 64, 255]])[hue]
+        colour = np.array(
+            [[255, 64, 64], [64, 255, 64], [64, 64, 255], [255, 255, 64], [64, 255, 255], [255, 64, 255]]
+        )[hue]
         colour = (colour * rng.uniform(0.6, 1.0, size=(n, 1))).astype(np.uint8)
         if C == 1:
             colour = colour.mean(1, keepdims=True).astype(np.uint8)
         colour = colour[:, :C]
         # Centre per video and frame, bounced inside [r, S - r].
-        centre = _bounce(start[:, None, :] + velocity[:, None, :] * t[None, :, None], radius[:, None, None], S - radius[:, None, None])
+        centre = _bounce(
+            start[:, None, :] + velocity[:, None, :] * t[None, :, None],
+            radius[:, None, None],
+            S - radius[:, None, None],
+        )
         dy = yy[None, None] - centre[:, :, 0, None, None]
         dx = xx[None, None] - centre[:, :, 1, None, None]
         r = radius[:, None, None, None]
-        inside = np.where(is_square[:, None, None, None], np.maximum(np.abs(dx), np.abs(dy)) <= r, dx**2 + dy**2 <= r**2)
+        inside = np.where(
+            is_square[:, None, None, None], np.maximum(np.abs(dx), np.abs(dy)) <= r, dx**2 + dy**2 <= r**2
+        )
         inside &= present[:, None, None, None]
         videos = np.where(inside[..., None], colour[:, None, None, None, :], videos)
     return np.ascontiguousarray(videos.transpose(0, 4, 1, 2, 3))
@@ -62,21 +69,27 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
     if d.videos_npz:
         source = user_data_path(d.videos_npz)
         train, test = load_videos(source, d)
-        meta = {**dataset_meta("real", f"user-supplied video set data/{d.videos_npz}"),
-                "generator": f"user videos {d.videos_npz}", "synthetic": False}
+        meta = {
+            **dataset_meta("real", f"user-supplied video set data/{d.videos_npz}"),
+            "generator": f"user videos {d.videos_npz}",
+            "synthetic": False,
+        }
     else:
         rng = np.random.default_rng(cfg.seed)
         train, test = moving_shapes(d.n_train, d, rng), moving_shapes(d.n_test, d, rng)
-        provenance = (f"generated from seed {cfg.seed}: moving shapes (1-{d.max_shapes} discs/squares, radius "
-                      f"{d.min_radius:g}-{d.max_radius:g}, speed {d.min_speed:g}-{d.max_speed:g} px/frame), "
-                      f"{d.frames} frames of {d.size}x{d.size}x{d.channels}, {d.n_train} train / {d.n_test} test videos")
-        meta = {**dataset_meta("synthetic", provenance),
-                "generator": "moving shapes (discs and squares bouncing off the borders)", "synthetic": True}
+        provenance = (
+            f"generated from seed {cfg.seed}: moving shapes (1-{d.max_shapes} discs/squares, radius "
+            f"{d.min_radius:g}-{d.max_radius:g}, speed {d.min_speed:g}-{d.max_speed:g} px/frame), "
+            f"{d.frames} frames of {d.size}x{d.size}x{d.channels}, {d.n_train} train / {d.n_test} test videos"
+        )
+        meta = {
+            **dataset_meta("synthetic", provenance),
+            "generator": "moving shapes (discs and squares bouncing off the borders)",
+            "synthetic": True,
+        }
     save_npz(Path(data_dir) / FILE, train=train, test=test)
     meta.update(seed=cfg.seed, n_train=int(len(train)), n_test=int(len(test)), shape=list(train.shape[1:]))
     return write_manifest(data_dir, meta=meta)
-
-
 
 
 def load_videos(path: Path, d) -> tuple[np.ndarray, np.ndarray]:
@@ -89,7 +102,9 @@ def load_videos(path: Path, d) -> tuple[np.ndarray, np.ndarray]:
     expected = (d.channels, d.frames, d.size, d.size)
     for name, arr in (("train", train), ("test", test)):
         if arr.dtype != np.uint8 or arr.ndim != 5 or arr.shape[1:] != expected:
-            raise ValueError(f"{path}: '{name}' must be uint8 (n, {', '.join(map(str, expected))}); got {arr.dtype} {arr.shape}")
+            raise ValueError(
+                f"{path}: '{name}' must be uint8 (n, {', '.join(map(str, expected))}); got {arr.dtype} {arr.shape}"
+            )
     return train, test
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import triton
@@ -39,8 +39,23 @@ HEAD_DIMS = (16, 32, 64, 128)
 
 
 @triton.jit
-def _online_softmax_step(acc, m_i, l_i, q, K, V, kv_start, offs_kv, offs_d, stride_n, qk_scale, n_valid,
-                         MASKED: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+def _online_softmax_step(
+    acc,
+    m_i,
+    l_i,
+    q,
+    K,
+    V,
+    kv_start,
+    offs_kv,
+    offs_d,
+    stride_n,
+    qk_scale,
+    n_valid,
+    MASKED: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
+):
     """Fold one BLOCK_KV chunk of keys/values into the running (acc, max, sum) of a query block."""
     kv_rows = kv_start + offs_kv
     k_t = tl.load(K + offs_d[:, None] + kv_rows[None, :] * stride_n)  # (D, BLOCK_KV)
@@ -61,11 +76,27 @@ def _online_softmax_step(acc, m_i, l_i, q, K, V, kv_start, offs_kv, offs_d, stri
 
 @triton.jit
 def sta_forward_kernel(
-    Q, K, V, O, WINDOWS, VISITS,
-    stride_bh, stride_n, qk_scale, text_length,
-    N_HEADS: tl.constexpr, NT: tl.constexpr, NH: tl.constexpr, NW: tl.constexpr,
-    TILE_TOKENS: tl.constexpr, TEXT_PAD: tl.constexpr, HEAD_DIM: tl.constexpr,
-    BLOCK_Q: tl.constexpr, BLOCK_KV: tl.constexpr, DOT_PRECISION: tl.constexpr, UPCAST: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    WINDOWS,
+    VISITS,
+    stride_bh,
+    stride_n,
+    qk_scale,
+    text_length,
+    N_HEADS: tl.constexpr,
+    NT: tl.constexpr,
+    NH: tl.constexpr,
+    NW: tl.constexpr,
+    TILE_TOKENS: tl.constexpr,
+    TEXT_PAD: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_Q: tl.constexpr,
+    BLOCK_KV: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     q_block = tl.program_id(0)
     bh = tl.program_id(1)
@@ -116,13 +147,29 @@ def sta_forward_kernel(
         jh = h0 + (j // kw) % kh
         jw = w0 + j % kw
         kv_start = ((jt * NH + jh) * NW + jw) * TILE_TOKENS + (step % CHUNKS) * BLOCK_KV
-        acc, m_i, l_i = _online_softmax_step(acc, m_i, l_i, q, K, V, kv_start, offs_kv, offs_d, stride_n,
-                                             qk_scale, 0, False, DOT_PRECISION, UPCAST)
+        acc, m_i, l_i = _online_softmax_step(
+            acc, m_i, l_i, q, K, V, kv_start, offs_kv, offs_d, stride_n, qk_scale, 0, False, DOT_PRECISION, UPCAST
+        )
         visited += tl.where(step % CHUNKS == 0, 1, 0)
 
     for kv_start in range(N_IMG, N_IMG + TEXT_PAD, BLOCK_KV):
-        acc, m_i, l_i = _online_softmax_step(acc, m_i, l_i, q, K, V, kv_start, offs_kv, offs_d, stride_n,
-                                             qk_scale, N_IMG + text_length, True, DOT_PRECISION, UPCAST)
+        acc, m_i, l_i = _online_softmax_step(
+            acc,
+            m_i,
+            l_i,
+            q,
+            K,
+            V,
+            kv_start,
+            offs_kv,
+            offs_d,
+            stride_n,
+            qk_scale,
+            N_IMG + text_length,
+            True,
+            DOT_PRECISION,
+            UPCAST,
+        )
 
     out = acc / l_i[:, None]
     tl.store(O + offs_q[:, None] * stride_n + offs_d[None, :], out.to(O.dtype.element_ty))
@@ -162,14 +209,18 @@ def sta_attention(
     With ``return_visits`` also returns the (B*H, query blocks) count of key tiles each block visited.
     """
     if q.shape != k.shape or q.shape != v.shape or q.dim() != 4:
-        raise ValueError(f"q, k, v must share one (B, H, N, D) shape; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must share one (B, H, N, D) shape; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
     if q.dtype not in (torch.float32, torch.float16, torch.bfloat16) or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"dtype {q.dtype} not supported: use float32, float16 or bfloat16 for q, k and v alike")
     batch, heads, n, head_dim = q.shape
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head dim {head_dim} not supported; the kernel supports {HEAD_DIMS}")
     if q.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        raise RuntimeError("CPU tensors need the Triton interpreter: set TRITON_INTERPRET=1 before importing models.sta.kernel")
+        raise RuntimeError(
+            "CPU tensors need the Triton interpreter: set TRITON_INTERPRET=1 before importing models.sta.kernel"
+        )
     text_pad = n - canvas.tokens
     if text_pad < 0 or text_pad % canvas.tile_tokens:
         raise ValueError(
@@ -195,13 +246,29 @@ def sta_attention(
     grid = (n_q_blocks, batch * heads)
     nt, nh, nw = canvas.tiles
     sta_forward_kernel[grid](
-        q, k, v, out, wins, visits,
-        n * head_dim, head_dim, head_dim**-0.5 * LOG2E, text_length,
-        N_HEADS=heads, NT=nt, NH=nh, NW=nw,
-        TILE_TOKENS=canvas.tile_tokens, TEXT_PAD=text_pad, HEAD_DIM=head_dim,
-        BLOCK_Q=block_q, BLOCK_KV=block_kv, DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+        q,
+        k,
+        v,
+        out,
+        wins,
+        visits,
+        n * head_dim,
+        head_dim,
+        head_dim**-0.5 * LOG2E,
+        text_length,
+        N_HEADS=heads,
+        NT=nt,
+        NH=nh,
+        NW=nw,
+        TILE_TOKENS=canvas.tile_tokens,
+        TEXT_PAD=text_pad,
+        HEAD_DIM=head_dim,
+        BLOCK_Q=block_q,
+        BLOCK_KV=block_kv,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         UPCAST=q.device.type == "cpu" and q.dtype == torch.bfloat16,
-        num_warps=num_warps, num_stages=num_stages,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     return (out, visits) if return_visits else out
 

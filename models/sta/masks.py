@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import Sequence
 
 import torch
 
@@ -77,7 +77,9 @@ class Canvas:
                 raise ValueError(f"window {window}: size {k} on axis {axis} must be odd and >= 1")
             if k > n:
                 # The clamp would have min > max (a pitfall in the brief): the rule is undefined there.
-                raise ValueError(f"window {window}: size {k} on axis {axis} exceeds the {n} tiles of canvas {self.size}")
+                raise ValueError(
+                    f"window {window}: size {k} on axis {axis} exceeds the {n} tiles of canvas {self.size}"
+                )
         return window  # type: ignore[return-value]
 
     def full_window(self) -> Triple:
@@ -255,9 +257,13 @@ def block_classes(canvas: Canvas, window: Sequence[int], text_length: int, text_
     text blocks with padding can be partial.
     """
     if canvas.tile_tokens % block or text_pad % block:
-        raise ValueError(f"block {block} must divide the tile ({canvas.tile_tokens} tokens) and the text pad ({text_pad})")
+        raise ValueError(
+            f"block {block} must divide the tile ({canvas.tile_tokens} tokens) and the text pad ({text_pad})"
+        )
     per_tile = canvas.tile_tokens // block
-    image = sta_tile_mask(canvas, window).repeat_interleave(per_tile, 0).repeat_interleave(per_tile, 1).to(torch.int8) * 2
+    image = (
+        sta_tile_mask(canvas, window).repeat_interleave(per_tile, 0).repeat_interleave(per_tile, 1).to(torch.int8) * 2
+    )
     n_text = text_pad // block
     starts = torch.arange(n_text) * block
     text_cls = torch.where(starts + block <= text_length, 2, torch.where(starts < text_length, 1, 0)).to(torch.int8)
@@ -269,8 +275,15 @@ def block_classes(canvas: Canvas, window: Sequence[int], text_length: int, text_
     return out
 
 
-def sta_block_mask(canvas: Canvas, windows, n_heads: int, text_length: int = 0, text_pad: int = 0,
-                   block: int | None = None, device: str | torch.device = "cpu"):
+def sta_block_mask(
+    canvas: Canvas,
+    windows,
+    n_heads: int,
+    text_length: int = 0,
+    text_pad: int = 0,
+    block: int | None = None,
+    device: str | torch.device = "cpu",
+):
     """A FlexAttention ``BlockMask`` for STA built directly from tile-level block classes.
 
     ``create_block_mask`` would evaluate the mask on every token pair (1.3e10 at Hunyuan's canvas);
@@ -295,8 +308,13 @@ def sta_block_mask(canvas: Canvas, windows, n_heads: int, text_length: int = 0, 
     full_n, full_idx = lists(cls == 2)
     n = canvas.tokens + text_pad
     return BlockMask.from_kv_blocks(
-        partial_n, partial_idx, full_n, full_idx, BLOCK_SIZE=block,
-        mask_mod=sta_mask_mod(canvas, wins, text_length), seq_lengths=(n, n),
+        partial_n,
+        partial_idx,
+        full_n,
+        full_idx,
+        BLOCK_SIZE=block,
+        mask_mod=sta_mask_mod(canvas, wins, text_length),
+        seq_lengths=(n, n),
     )
 
 
@@ -421,7 +439,9 @@ def dense_flops(batch: int, heads: int, n: int, head_dim: int) -> float:
     return 4.0 * batch * heads * n * n * head_dim
 
 
-def sta_useful_flops(canvas: Canvas, window: Sequence[int], batch: int, heads: int, head_dim: int, text_length: int = 0) -> float:
+def sta_useful_flops(
+    canvas: Canvas, window: Sequence[int], batch: int, heads: int, head_dim: int, text_length: int = 0
+) -> float:
     """FLOPs of the (query, key) pairs the STA mask allows among valid tokens (no padding): the useful work."""
     n_img = canvas.tokens
     pairs = n_img * (math.prod(canvas.check_window(window)) * canvas.tile_tokens + text_length)

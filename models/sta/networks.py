@@ -85,8 +85,21 @@ class DiTBlock(nn.Module):
 class VideoDiT(nn.Module):
     """Velocity model v(x_t, t) on (B, C, F, S, S) videos."""
 
-    def __init__(self, channels: int, frames: int, size: int, patch, dim: int, depth: int, heads: int,
-                 mlp_ratio: float, tile_size, window, backend: str = "sdpa", prediction: str = "x") -> None:
+    def __init__(
+        self,
+        channels: int,
+        frames: int,
+        size: int,
+        patch,
+        dim: int,
+        depth: int,
+        heads: int,
+        mlp_ratio: float,
+        tile_size,
+        window,
+        backend: str = "sdpa",
+        prediction: str = "x",
+    ) -> None:
         super().__init__()
         if prediction not in ("x", "v"):
             raise ValueError(f"prediction must be 'x' or 'v', got {prediction!r}")
@@ -109,7 +122,7 @@ class VideoDiT(nn.Module):
 
     # -- attention switch -------------------------------------------------------------------
 
-    def set_attention(self, kind: str, window=None, backend: str | None = None, token_window=None) -> "VideoDiT":
+    def set_attention(self, kind: str, window=None, backend: str | None = None, token_window=None) -> VideoDiT:
         """kind: "dense", "sta" (window in tiles; default the configured one) or "swa" (token window;
         default the same reach as the STA window). Weights are untouched: this is the training-free switch."""
         self.kind, self.window = kind, None
@@ -181,5 +194,17 @@ class VideoDiT(nn.Module):
 
 def build_dit(cfg) -> VideoDiT:
     m, d = cfg.model, cfg.data
-    return VideoDiT(d.channels, d.frames, d.size, m.patch, m.dim, m.depth, m.heads, m.mlp_ratio,
-                    m.tile, m.window, m.backend, m.prediction)
+    return VideoDiT(
+        d.channels,
+        d.frames,
+        d.size,
+        m.patch,
+        m.dim,
+        m.depth,
+        m.heads,
+        m.mlp_ratio,
+        m.tile,
+        m.window,
+        m.backend,
+        m.prediction,
+    )

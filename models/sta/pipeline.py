@@ -112,10 +112,22 @@ from .masks import (  # noqa: E402
 )
 from .networks import VideoDiT, build_dit  # noqa: E402
 
-COLORS = {"dense_pretrained": "k", "baseline": "tab:gray", "sta_zero_shot": "tab:orange", "method": "tab:red",
-          "swa_zero_shot": "tab:blue", "baseline_swa": "tab:cyan"}
-LABELS = {"dense_pretrained": "dense (pre-trained)", "baseline": "dense + extra steps", "sta_zero_shot": "STA, training-free",
-          "method": "STA, fine-tuned", "swa_zero_shot": "token SWA, training-free", "baseline_swa": "token SWA, fine-tuned"}
+COLORS = {
+    "dense_pretrained": "k",
+    "baseline": "tab:gray",
+    "sta_zero_shot": "tab:orange",
+    "method": "tab:red",
+    "swa_zero_shot": "tab:blue",
+    "baseline_swa": "tab:cyan",
+}
+LABELS = {
+    "dense_pretrained": "dense (pre-trained)",
+    "baseline": "dense + extra steps",
+    "sta_zero_shot": "STA, training-free",
+    "method": "STA, fine-tuned",
+    "swa_zero_shot": "token SWA, training-free",
+    "baseline_swa": "token SWA, fine-tuned",
+}
 
 
 class KernelUnavailable(RuntimeError):
@@ -185,15 +197,29 @@ def flow_loss(net: VideoDiT, x0: torch.Tensor, t: torch.Tensor, noise: torch.Ten
 def _fit(cfg: Config, net: VideoDiT, videos: dict, steps: int, lr: float, warmup: int, seed: int, variant: str):
     train_set = TensorDataset(data_mod.to_float(videos["train"]))
     val_set = TensorDataset(data_mod.to_float(videos["test"][: cfg.train.val_videos]))
-    loader = DataLoader(train_set, min(cfg.train.batch_size, len(train_set)), shuffle=True, drop_last=True,
-                        generator=torch.Generator().manual_seed(seed))
+    loader = DataLoader(
+        train_set,
+        min(cfg.train.batch_size, len(train_set)),
+        shuffle=True,
+        drop_last=True,
+        generator=torch.Generator().manual_seed(seed),
+    )
     module = FlowMatching(net, lr, warmup, cfg.train.weight_decay)
     # The paper scale is meant for a GPU (untested here); smoke and default train on the CPU unless
     # PAPERLINE_ACCELERATOR says otherwise (the environment's setting wins in fit).
     accelerator = "gpu" if cfg.scale == Scale.paper and torch.cuda.is_available() else "cpu"
-    return fit(module, loader, DataLoader(val_set, len(val_set)), max_epochs=10**6, seed=seed, variant=variant,
-               max_steps=steps, val_check_interval=min(cfg.train.val_every, steps), check_val_every_n_epoch=None,
-               accelerator=accelerator)
+    return fit(
+        module,
+        loader,
+        DataLoader(val_set, len(val_set)),
+        max_epochs=10**6,
+        seed=seed,
+        variant=variant,
+        max_steps=steps,
+        val_check_interval=min(cfg.train.val_every, steps),
+        check_val_every_n_epoch=None,
+        accelerator=accelerator,
+    )
 
 
 FINETUNED = {"method": "sta", "baseline": "dense", "baseline_swa": "swa"}  # variant -> attention while fine-tuning
@@ -204,8 +230,18 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     videos = data_mod.load(data)
     torch.manual_seed(cfg.seed)
     net = build_dit(cfg)
-    history = {"pretrain": _fit(cfg, net, videos, cfg.train.dense_steps, cfg.train.lr, cfg.train.warmup_steps, cfg.seed,
-                                "dense pre-training")}
+    history = {
+        "pretrain": _fit(
+            cfg,
+            net,
+            videos,
+            cfg.train.dense_steps,
+            cfg.train.lr,
+            cfg.train.warmup_steps,
+            cfg.seed,
+            "dense pre-training",
+        )
+    }
     torch.save(net.state_dict(), Path(out_dir) / "dense_pretrained.pt")
     summary = {"pretrain/final_train_loss": _last(history["pretrain"], "train/loss")}
     if cfg.train.finetune_steps:
@@ -213,8 +249,16 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             if variant == "baseline_swa" and not cfg.train.finetune_swa:
                 continue
             tuned = copy.deepcopy(net).set_attention(kind)
-            history[variant] = _fit(cfg, tuned, videos, cfg.train.finetune_steps, cfg.train.finetune_lr, 0,
-                                    cfg.seed + 1, f"{kind} fine-tune")
+            history[variant] = _fit(
+                cfg,
+                tuned,
+                videos,
+                cfg.train.finetune_steps,
+                cfg.train.finetune_lr,
+                0,
+                cfg.seed + 1,
+                f"{kind} fine-tune",
+            )
             torch.save(tuned.state_dict(), Path(out_dir) / f"{variant}.pt")
             summary[f"{variant}/final_val_loss"] = _last(history[variant], "val/loss")
     return TrainedArtifacts(out_dir, history, summary)
@@ -252,7 +296,9 @@ def check_kernel_case(case, kernel, device: str, seed: int) -> dict[str, float]:
     q, k, v = (torch.randn(1, heads, n, case.head_dim, generator=g).to(device) for _ in range(3))
     poisoned = torch.full_like(q, float("nan"))
     started = time.perf_counter()
-    out, visits = kernel.sta_attention(q, k, v, canvas, case.windows, case.text_length, out=poisoned, return_visits=True)
+    out, visits = kernel.sta_attention(
+        q, k, v, canvas, case.windows, case.text_length, out=poisoned, return_visits=True
+    )
     seconds = time.perf_counter() - started
     ref = sta_reference(q, k, v, canvas, case.windows, case.text_length)
     block_mask = sta_block_mask(canvas, case.windows, heads, case.text_length, text_pad, device=device)
@@ -304,9 +350,14 @@ def _check_kernels_in_subprocess(cfg: Config) -> dict[str, float]:
         "import json, sys; from models.sta.config import Config; from models.sta.pipeline import check_kernels; "
         "print(json.dumps(check_kernels(Config.model_validate_json(sys.stdin.read()))))"
     )
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], input=cfg.model_dump_json(), capture_output=True, text=True,
-                          env=env, cwd=root)
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], input=cfg.model_dump_json(), capture_output=True, text=True, env=env, cwd=root
+    )
     if done.returncode:
         raise RuntimeError(f"kernel checks failed in the interpreter subprocess:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -327,11 +378,16 @@ def sparsity_accounting(cfg: Config) -> dict[str, float]:
         p = f"sparsity/{name}/"
         token_window = same_reach_token_window(canvas, window)
         for label, counts in (("sta", sta_counts(canvas, window)), ("swa", swa_counts(canvas, token_window))):
-            values.update({
-                p + f"{label}_full_blocks": counts.full, p + f"{label}_partial_blocks": counts.partial,
-                p + f"{label}_skipped_blocks": counts.skipped, p + f"{label}_density": counts.density,
-                p + f"{label}_ideal_speedup": counts.ideal_speedup, p + f"{label}_block_speedup": counts.block_speedup,
-            })
+            values.update(
+                {
+                    p + f"{label}_full_blocks": counts.full,
+                    p + f"{label}_partial_blocks": counts.partial,
+                    p + f"{label}_skipped_blocks": counts.skipped,
+                    p + f"{label}_density": counts.density,
+                    p + f"{label}_ideal_speedup": counts.ideal_speedup,
+                    p + f"{label}_block_speedup": counts.block_speedup,
+                }
+            )
             if canvas.tokens <= 4096:  # small enough to build the token mask: check the factorised counts
                 mask = sta_token_mask(canvas, window) if label == "sta" else swa_token_mask(canvas, token_window)
                 values[p + f"{label}_matches_explicit_mask"] = float(counts_of_mask(mask, canvas.tile_tokens) == counts)
@@ -415,8 +471,10 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
     if cfg.train.finetune_swa and cfg.train.finetune_steps:
         variants["baseline_swa"] = _load(cfg, model_dir, "baseline_swa", "swa")
     canvas = variants["method"].canvas
-    density = {"sta": sta_counts(canvas, cfg.model.window).density,
-               "swa": swa_counts(canvas, same_reach_token_window(canvas, cfg.model.window)).density}
+    density = {
+        "sta": sta_counts(canvas, cfg.model.window).density,
+        "swa": swa_counts(canvas, same_reach_token_window(canvas, cfg.model.window)).density,
+    }
 
     train_videos = data_mod.to_float(videos["train"])
     values: dict[str, float] = {"data/mean_predictor_loss": mean_predictor_loss(train_videos, test)}
@@ -433,13 +491,15 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
 
     # Samples from shared noise: fidelity to the dense model (the paper's PSNR vs the original model)
     # and a Frechet distance of pooled-pixel PCA features to the test videos.
-    noise = torch.randn((cfg.eval.n_samples,) + tuple(test.shape[1:]), generator=torch.Generator().manual_seed(cfg.seed + 99))
+    noise = torch.randn(
+        (cfg.eval.n_samples,) + tuple(test.shape[1:]), generator=torch.Generator().manual_seed(cfg.seed + 99)
+    )
     samples = {name: sample(cfg, net, noise) for name, net in variants.items()}
     test_features = pooled_features(test)
     mean = test_features.mean(0)
     _, _, vt = np.linalg.svd(test_features - mean, full_matrices=False)
     basis = vt[: cfg.eval.pca_dims].T
-    project = lambda feats: (feats - mean) @ basis  # noqa: E731
+    project = lambda feats: (feats - mean) @ basis
     train_ref = train_videos[: len(test)]
     values["data/fd_train_vs_test"] = frechet_distance(project(pooled_features(train_ref)), project(test_features))
     for name, x in samples.items():
@@ -465,7 +525,13 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
         by_sdpa = method(x, t)
         by_flex = copy.deepcopy(method).set_attention("sta", backend="flex")(x, t)
     values["method/flex_vs_sdpa_max_abs"] = float((by_sdpa - by_flex).abs().max())
-    extras = {"curves": curves, "samples": samples, "test": test[: cfg.eval.n_samples], "sweep": sweep, "density": density}
+    extras = {
+        "curves": curves,
+        "samples": samples,
+        "test": test[: cfg.eval.n_samples],
+        "sweep": sweep,
+        "density": density,
+    }
     return values, extras
 
 
@@ -476,7 +542,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     dit_values, extras = evaluate_dit(cfg, data, artifacts.model_dir)
     values.update(dit_values)
     values["method/loss_gap"] = values["method/denoise_loss"] / values["baseline/denoise_loss"] - 1
-    values["sta_zero_shot/loss_gap"] = values["sta_zero_shot/denoise_loss"] / values["dense_pretrained/denoise_loss"] - 1
+    values["sta_zero_shot/loss_gap"] = (
+        values["sta_zero_shot/denoise_loss"] / values["dense_pretrained/denoise_loss"] - 1
+    )
     plots = Path(out_dir) / "plots"
     figures = [
         plot_training(cfg, artifacts.history, plots / "training_curves.png"),
@@ -577,7 +645,9 @@ def plot_block_counts(cfg: Config, values: dict, path: Path) -> Path:
         bottom = np.zeros(2)
         for part, color in (("full", "tab:green"), ("partial", "tab:red"), ("skipped", "lightgray")):
             heights = np.array([values[p + f"{m}_{part}_blocks"] for m in ("sta", "swa")], dtype=float)
-            total = np.array([sum(values[p + f"{m}_{q}_blocks"] for q in ("full", "partial", "skipped")) for m in ("sta", "swa")])
+            total = np.array(
+                [sum(values[p + f"{m}_{q}_blocks"] for q in ("full", "partial", "skipped")) for m in ("sta", "swa")]
+            )
             ax.bar([0, 1], heights / total, bottom=bottom, color=color, label=part)
             bottom += heights / total
         ax.set_xticks([0, 1], ["STA", "token\nSWA"])
@@ -593,14 +663,25 @@ def plot_block_maps(cfg: Config, path: Path) -> Path:
     from matplotlib.colors import ListedColormap
 
     case = next((c for c in cfg.kernel.accounting if math.prod(c.canvas) <= 4096), None)
-    name, canvas, window = (case.name, Canvas(case.canvas, case.tile), case.window) if case else accounting_cases(cfg)[0]
+    name, canvas, window = (
+        (case.name, Canvas(case.canvas, case.tile), case.window) if case else accounting_cases(cfg)[0]
+    )
     s = canvas.tile_tokens
     fig, axes = plt.subplots(1, 2, figsize=(8, 4))
-    masks = {"STA": sta_token_mask(canvas, window), "token SWA": swa_token_mask(canvas, same_reach_token_window(canvas, window))}
+    masks = {
+        "STA": sta_token_mask(canvas, window),
+        "token SWA": swa_token_mask(canvas, same_reach_token_window(canvas, window)),
+    }
     for ax, (label, mask) in zip(axes, masks.items()):
         per_block = mask.reshape(canvas.n_tiles, s, canvas.n_tiles, s).sum((1, 3))
         classes = torch.where(per_block == s * s, 2, torch.where(per_block > 0, 1, 0)).numpy()
-        ax.imshow(classes, cmap=ListedColormap(["whitesmoke", "tab:red", "tab:green"]), vmin=0, vmax=2, interpolation="nearest")
+        ax.imshow(
+            classes,
+            cmap=ListedColormap(["whitesmoke", "tab:red", "tab:green"]),
+            vmin=0,
+            vmax=2,
+            interpolation="nearest",
+        )
         counts = counts_of_mask(mask, s)
         ax.set_title(f"{label}: {counts.full} full, {counts.partial} mixed\n(density {counts.density:.3f})", fontsize=9)
         ax.set_xlabel("key tile")
@@ -625,19 +706,38 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     swa_mixed_min = min(v[f"sparsity/{n}/swa_partial_blocks"] for n in names)
     gap = v["method/loss_gap"]
     n_test = sum(1 for key in v if key.startswith("method/video") and key.endswith("/denoise_loss"))
-    per_video = {variant: np.array([v[f"{variant}/video{j}/denoise_loss"] for j in range(n_test)])
-                 for variant in ("method", "baseline")}
+    per_video = {
+        variant: np.array([v[f"{variant}/video{j}/denoise_loss"] for j in range(n_test)])
+        for variant in ("method", "baseline")
+    }
     criteria = [
-        V.exact_criterion("sta_mixed_blocks", "STA's partially masked (query tile, key tile) blocks, summed over "
-                          f"{len(names)} canvases", sta_mixed, 0.0, "<=", units="block counts (deterministic)"),
-        V.exact_criterion("swa_mixed_blocks_min", "token sliding-window attention of the same reach: fewest partially "
-                          f"masked blocks over {len(names)} canvases", swa_mixed_min, 0.0, ">",
-                          units="block counts (deterministic)"),
-        V.bootstrap_criterion("finetuned_sta_loss_gap", f"test denoising loss of the STA-fine-tuned DiT / the dense DiT "
-                              f"given the same {cfg.train.finetune_steps} extra steps, minus 1",
-                              lambda sta, dense: float(np.mean(sta) / np.mean(dense) - 1),
-                              [per_video["method"], per_video["baseline"]], cfg.eval.claim_loss_gap, "<=",
-                              units="paired test videos (shared noise and flow times; one fine-tune per arm)"),
+        V.exact_criterion(
+            "sta_mixed_blocks",
+            f"STA's partially masked (query tile, key tile) blocks, summed over {len(names)} canvases",
+            sta_mixed,
+            0.0,
+            "<=",
+            units="block counts (deterministic)",
+        ),
+        V.exact_criterion(
+            "swa_mixed_blocks_min",
+            "token sliding-window attention of the same reach: fewest partially "
+            f"masked blocks over {len(names)} canvases",
+            swa_mixed_min,
+            0.0,
+            ">",
+            units="block counts (deterministic)",
+        ),
+        V.bootstrap_criterion(
+            "finetuned_sta_loss_gap",
+            f"test denoising loss of the STA-fine-tuned DiT / the dense DiT "
+            f"given the same {cfg.train.finetune_steps} extra steps, minus 1",
+            lambda sta, dense: float(np.mean(sta) / np.mean(dense) - 1),
+            [per_video["method"], per_video["baseline"]],
+            cfg.eval.claim_loss_gap,
+            "<=",
+            units="paired test videos (shared noise and flow times; one fine-tune per arm)",
+        ),
     ]
     figures = {
         "kernel_max_abs_err": v["kernel/max_abs_err"],

@@ -66,7 +66,9 @@ def step_times(steps: int) -> tuple[torch.Tensor, torch.Tensor]:
     return k, k + 1
 
 
-def discretize_unhippo(a: torch.Tensor, t0: torch.Tensor, t1: torch.Tensor, method: UnHiPPODiscretisation) -> torch.Tensor:
+def discretize_unhippo(
+    a: torch.Tensor, t0: torch.Tensor, t1: torch.Tensor, method: UnHiPPODiscretisation
+) -> torch.Tensor:
     """Transition matrices of dc/dt = (1/t) A c from t0 to t1, shape (k, n, n)."""
     eye = torch.eye(a.shape[0], dtype=a.dtype)
     dt = (t1 - t0)[:, None, None]
@@ -169,7 +171,12 @@ def channel_steps(min_t: float, max_t: float, channels: int) -> torch.Tensor:
 
 
 def unlssl_parameters(
-    n: int, min_t: float, max_t: float, channels: int, obs_sigma2: float, trans_sigma2: float = 1.0,
+    n: int,
+    min_t: float,
+    max_t: float,
+    channels: int,
+    obs_sigma2: float,
+    trans_sigma2: float = 1.0,
     method: UnHiPPODiscretisation = "expm",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed UnLSSL layer: channel c frozen at Kalman step s_c = floor(logspace(min_t, max_t))."""

@@ -8,7 +8,6 @@ from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
 
-
 NoiseStd = Annotated[float, Field(ge=0, le=100)]  # on the unit-variance waveform
 Variance = Annotated[float, Field(gt=0, le=1e30)]
 
@@ -137,7 +136,7 @@ class Config(MethodConfig):
     claim_noise_floor: float = Field(0.5, ge=0, le=100)
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         if min(self.train_noises + self.eval_noises, default=-1.0) < 0:
             raise ValueError("train_noises and eval_noises must be non-empty and >= 0")
         if self.claim_train_noise not in self.train_noises:

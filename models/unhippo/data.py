@@ -19,10 +19,16 @@ from .config import DataConfig
 
 # (shape, cycles per sequence) of the ten synthetic classes; chirps sweep between two rates.
 WAVEFORM_CLASSES: tuple[tuple[str, float, float], ...] = (
-    ("sine", 3, 3), ("square", 3, 3), ("sawtooth", 3, 3),
-    ("sine", 6, 6), ("square", 6, 6), ("sawtooth", 6, 6),
-    ("sine", 10, 10), ("square", 10, 10),
-    ("chirp", 2, 10), ("chirp", 10, 2),
+    ("sine", 3, 3),
+    ("square", 3, 3),
+    ("sawtooth", 3, 3),
+    ("sine", 6, 6),
+    ("square", 6, 6),
+    ("sawtooth", 6, 6),
+    ("sine", 10, 10),
+    ("square", 10, 10),
+    ("chirp", 2, 10),
+    ("chirp", 10, 2),
 )
 SPLITS = ("train", "val", "test")
 FSD_RATE = 8000
@@ -43,8 +49,11 @@ def waveforms(labels: np.ndarray, length: int, rng: np.random.Generator, jitter:
     cycles = start * u + 0.5 * (end - start) * u**2 + phase  # integral of a linear rate sweep
     frac = cycles % 1.0
     shapes = np.array([WAVEFORM_CLASSES[y][0] for y in labels])[:, None]
-    x = np.where(shapes == "square", np.sign(np.sin(2 * np.pi * cycles)),
-                 np.where(shapes == "sawtooth", 2 * frac - 1, np.sin(2 * np.pi * cycles)))
+    x = np.where(
+        shapes == "square",
+        np.sign(np.sin(2 * np.pi * cycles)),
+        np.where(shapes == "sawtooth", 2 * frac - 1, np.sin(2 * np.pi * cycles)),
+    )
     return amplitude * x
 
 
@@ -106,7 +115,9 @@ def split_fsd(X: np.ndarray, y: np.ndarray, speakers: np.ndarray, seed: int) -> 
     idx = np.arange(len(y))
     train, rest = train_test_split(idx, train_size=0.6, stratify=speakers, random_state=seed)
     val, test = train_test_split(rest, train_size=0.5, stratify=speakers[rest], random_state=seed + 1)
-    return {f"{k}_{split}": arr[ids] for split, ids in zip(SPLITS, (train, val, test)) for k, arr in (("X", X), ("y", y))}
+    return {
+        f"{k}_{split}": arr[ids] for split, ids in zip(SPLITS, (train, val, test)) for k, arr in (("X", X), ("y", y))
+    }
 
 
 # ----------------------------------------------------------------------------- noise and normalisation

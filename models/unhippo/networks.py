@@ -26,7 +26,9 @@ class FixedSSMLayer(nn.Module):
         channels, n = b_bar.shape
         self.channels, self.latent, self.n = channels, latent, n
         # Not persistent: rebuilt from the config, never learned (the paper's "fixed" models).
-        self.register_buffer("krylov", algorithm.krylov(length, a_bar.double(), b_bar.double()).float(), persistent=False)
+        self.register_buffer(
+            "krylov", algorithm.krylov(length, a_bar.double(), b_bar.double()).float(), persistent=False
+        )
         self.C = nn.Parameter(torch.empty(channels, latent, n))
         # Kaiming on the (n, m, c) view: the fan-in of C is what its output sums over.
         nn.init.kaiming_normal_(self.C.permute(2, 1, 0), a=math.sqrt(5))
@@ -47,7 +49,13 @@ class FixedSSMLayer(nn.Module):
 
 
 def ssm_matrices(
-    kind: LayerKind, n: int, channels: int, min_t: float, max_t: float, obs_sigma2: float, trans_sigma2: float,
+    kind: LayerKind,
+    n: int,
+    channels: int,
+    min_t: float,
+    max_t: float,
+    obs_sigma2: float,
+    trans_sigma2: float,
     discretisation: algorithm.UnHiPPODiscretisation = "expm",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-channel (A_bar (H,n,n), B_bar (H,n)) of the LSSL baseline or of UnLSSL."""
@@ -65,9 +73,22 @@ class SSMClassifier(nn.Module):
     """
 
     def __init__(
-        self, kind: LayerKind, n_classes: int, length: int, *, layers: int, n: int, hidden: int, latent: int,
-        dropout: float, min_t: float, max_t: float, obs_sigma2: float = 1.0, trans_sigma2: float = 1.0,
-        discretisation: algorithm.UnHiPPODiscretisation = "expm", norm_groups: int = 8,
+        self,
+        kind: LayerKind,
+        n_classes: int,
+        length: int,
+        *,
+        layers: int,
+        n: int,
+        hidden: int,
+        latent: int,
+        dropout: float,
+        min_t: float,
+        max_t: float,
+        obs_sigma2: float = 1.0,
+        trans_sigma2: float = 1.0,
+        discretisation: algorithm.UnHiPPODiscretisation = "expm",
+        norm_groups: int = 8,
     ) -> None:
         super().__init__()
         a_bar, b_bar = ssm_matrices(kind, n, hidden, min_t, max_t, obs_sigma2, trans_sigma2, discretisation)

@@ -72,7 +72,14 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import (
-    ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest,
+    ClaimResult,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
 )
 from models.common import plotting
 from models.common import verdicts as V
@@ -96,16 +103,24 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         arrays = data_mod.make_waveforms(cfg.data, cfg.seed)
         source = "synthetic waveforms (sine/square/sawtooth/chirp), models.unhippo.data.make_waveforms"
         d = cfg.data
-        origin = dataset_meta("synthetic", (
-            f"models.unhippo.data.make_waveforms, seed {cfg.seed}: {d.n_classes} classes of sine/square/sawtooth/chirp "
-            f"waveforms, length {d.length}"))
+        origin = dataset_meta(
+            "synthetic",
+            (
+                f"models.unhippo.data.make_waveforms, seed {cfg.seed}: {d.n_classes} classes of sine/square/sawtooth/chirp "
+                f"waveforms, length {d.length}"
+            ),
+        )
     else:
         X, y, speakers = data_mod.load_fsd(user_data_path(cfg.data.fsd_dir), cfg.data.fsd_length)
         arrays = data_mod.split_fsd(X, y, speakers, cfg.seed)
         source = f"Free Spoken Digit Dataset from {cfg.data.fsd_dir}"
-        origin = dataset_meta("real", (
-            f"Free Spoken Digit Dataset release files under data/{cfg.data.fsd_dir}, looped/cropped to "
-            f"{cfg.data.fsd_length} samples, speaker-stratified 60/20/20 split (seed {cfg.seed})"))
+        origin = dataset_meta(
+            "real",
+            (
+                f"Free Spoken Digit Dataset release files under data/{cfg.data.fsd_dir}, looped/cropped to "
+                f"{cfg.data.fsd_length} samples, speaker-stratified 60/20/20 split (seed {cfg.seed})"
+            ),
+        )
     arrays = {k: (v.astype(np.float32) if k.startswith("X_") else v) for k, v in arrays.items()}
     np.savez(data_dir / "waveforms.npz", **arrays)
     return write_manifest(
@@ -160,9 +175,19 @@ def build_net(cfg: Config, kind: str, obs_sigma2: float) -> SSMClassifier:
     length = sequence_length(cfg)
     m = cfg.model
     return SSMClassifier(
-        kind, n_classes(cfg), length, layers=m.layers, n=m.n, hidden=m.hidden, latent=m.latent,
-        dropout=m.dropout, min_t=m.min_t, max_t=m.max_t or float(length), obs_sigma2=obs_sigma2,
-        trans_sigma2=cfg.unhippo.trans_sigma2, discretisation=cfg.unhippo.discretisation,
+        kind,
+        n_classes(cfg),
+        length,
+        layers=m.layers,
+        n=m.n,
+        hidden=m.hidden,
+        latent=m.latent,
+        dropout=m.dropout,
+        min_t=m.min_t,
+        max_t=m.max_t or float(length),
+        obs_sigma2=obs_sigma2,
+        trans_sigma2=cfg.unhippo.trans_sigma2,
+        discretisation=cfg.unhippo.discretisation,
     )
 
 
@@ -188,7 +213,9 @@ class NoisySequenceClassification(L.LightningModule):
         loss = F.cross_entropy(logits, y)
         acc = (logits.argmax(1) == y).float().mean()
         train = stage == "train"
-        self.log_dict({f"{stage}/loss": loss, f"{stage}/acc": acc}, on_step=train, on_epoch=not train, batch_size=len(y))
+        self.log_dict(
+            {f"{stage}/loss": loss, f"{stage}/acc": acc}, on_step=train, on_epoch=not train, batch_size=len(y)
+        )
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -224,7 +251,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
     for train_noise in cfg.train_noises:
-        train_set = TensorDataset(torch.from_numpy(data_mod.normalised(arrays, "train", train_noise, cfg.seed)), y_train)
+        train_set = TensorDataset(
+            torch.from_numpy(data_mod.normalised(arrays, "train", train_noise, cfg.seed)), y_train
+        )
         val_set = TensorDataset(torch.from_numpy(data_mod.normalised(arrays, "val", train_noise, cfg.seed)), y_val)
         for k in range(cfg.train.n_seeds):
             seed = cfg.seed + k
@@ -273,9 +302,12 @@ def load_model(cfg: Config, model_dir: Path) -> SSMClassifier:
 def predict_proba(net: SSMClassifier, X: np.ndarray, batch: int = 250) -> np.ndarray:
     net.eval()
     device = next(net.parameters()).device
-    return np.concatenate([
-        F.softmax(net(torch.from_numpy(X[i : i + batch]).to(device)), -1).cpu().numpy() for i in range(0, len(X), batch)
-    ])
+    return np.concatenate(
+        [
+            F.softmax(net(torch.from_numpy(X[i : i + batch]).to(device)), -1).cpu().numpy()
+            for i in range(0, len(X), batch)
+        ]
+    )
 
 
 def classification_scores(proba: np.ndarray, y: np.ndarray) -> dict[str, float]:
@@ -393,8 +425,16 @@ def matrix_checks(cfg: Config) -> dict[str, float]:
     kernel_err = 0.0
     for kind in ("lssl", "unlssl"):
         m = cfg.model
-        a_bar, b_bar = ssm_matrices(kind, n, m.hidden, m.min_t, m.max_t or float(sequence_length(cfg)),
-                                    cfg.unhippo.obs_sigma2, cfg.unhippo.trans_sigma2, cfg.unhippo.discretisation)
+        a_bar, b_bar = ssm_matrices(
+            kind,
+            n,
+            m.hidden,
+            m.min_t,
+            m.max_t or float(sequence_length(cfg)),
+            cfg.unhippo.obs_sigma2,
+            cfg.unhippo.trans_sigma2,
+            cfg.unhippo.discretisation,
+        )
         for c in sorted({0, m.hidden // 2, m.hidden - 1}):
             x = torch.randn(3, length, dtype=torch.float64, generator=g)
             readout = torch.randn(n, dtype=torch.float64, generator=g)
@@ -480,8 +520,18 @@ def plot_accuracy_vs_noise(cfg: Config, scores: dict, path: Path) -> Path:
             known = variant in LABELS
             color = COLORS[variant] if known else cmap(0.4 + 0.5 * i / max(len(names), 1))
             label = LABELS[variant] if known else f"UnLSSL sigma^2={variant_sigma2(cfg, variant):.0e}"
-            ax.errorbar(ens, acc.mean(1), yerr=acc.std(1), marker="o", ms=4, capsize=2, color=color, label=label,
-                        lw=2 if known else 1, ls="-" if known else "--")
+            ax.errorbar(
+                ens,
+                acc.mean(1),
+                yerr=acc.std(1),
+                marker="o",
+                ms=4,
+                capsize=2,
+                color=color,
+                label=label,
+                lw=2 if known else 1,
+                ls="-" if known else "--",
+            )
         ax.set_xscale("symlog", linthresh=min([e for e in cfg.eval_noises if e > 0], default=0.1))
         ax.axhline(1 / n_classes(cfg), color="gray", lw=0.8, ls=":")
         ax.set_title(f"trained at noise std {tn:g}", fontsize=10)
@@ -498,8 +548,13 @@ def plot_reconstruction(cfg: Config, recon: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, 3, figsize=(14, 3.6))
     noises = list(r.noises)
     axes[0].plot(noises, [recon["hippo"][s] for s in noises], "o-", color=COLORS["baseline"], label="HiPPO-LegS")
-    axes[0].plot(noises, [recon["unhippo"][s] for s in noises], "o-", color=COLORS["method"],
-                 label=f"UnHiPPO sigma^2={r.obs_sigma2:.0e}")
+    axes[0].plot(
+        noises,
+        [recon["unhippo"][s] for s in noises],
+        "o-",
+        color=COLORS["method"],
+        label=f"UnHiPPO sigma^2={r.obs_sigma2:.0e}",
+    )
     axes[0].set_yscale("log")
     axes[0].set_xlabel("observation noise std")
     axes[0].set_ylabel("reconstruction MSE on [0, T]")
@@ -508,7 +563,9 @@ def plot_reconstruction(cfg: Config, recon: dict, path: Path) -> Path:
     shown = max(noises)
     clean = e1_signal(r.length)
     rng = np.random.default_rng([cfg.seed, 4001, int(round(shown * 1e9))])
-    axes[1].plot(clean + shown * rng.standard_normal((r.draws, r.length))[0], color="lightgray", lw=0.7, label="observed")
+    axes[1].plot(
+        clean + shown * rng.standard_normal((r.draws, r.length))[0], color="lightgray", lw=0.7, label="observed"
+    )
     axes[1].plot(clean, "k", lw=1.5, label="clean f")
     axes[1].plot(recon["examples"][shown][0], color=COLORS["baseline"], label="HiPPO")
     axes[1].plot(recon["examples"][shown][1], color=COLORS["method"], label="UnHiPPO")
@@ -564,8 +621,16 @@ def plot_matrices(cfg: Config, path: Path) -> Path:
     length = sequence_length(cfg)
     c = m.hidden // 2
     for kind, variant in (("lssl", "baseline"), ("unlssl", "method")):
-        a_bar, b_bar = ssm_matrices(kind, n, m.hidden, m.min_t, m.max_t or float(length),
-                                    cfg.unhippo.obs_sigma2, cfg.unhippo.trans_sigma2, cfg.unhippo.discretisation)
+        a_bar, b_bar = ssm_matrices(
+            kind,
+            n,
+            m.hidden,
+            m.min_t,
+            m.max_t or float(length),
+            cfg.unhippo.obs_sigma2,
+            cfg.unhippo.trans_sigma2,
+            cfg.unhippo.discretisation,
+        )
         _, b_h = algorithm.hippo_legs(n)
         response = b_h @ algorithm.krylov(length, a_bar[c], b_bar[c])  # f_hat at the window end after an impulse
         axes[1].plot(response.numpy() / response.abs().max().item(), color=COLORS[variant], label=LABELS[variant])
@@ -593,12 +658,23 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             "acc_noisy_gain_pt",
             f"UnLSSL - LSSL test accuracy (pt), both trained at noise {cfg.claim_train_noise:g}, averaged over "
             f"eval noises >= {cfg.claim_noise_floor:g}",
-            per_seed("method", "acc_noisy"), per_seed("baseline", "acc_noisy"), 2.0, ">=",
-            units="paired training seeds", scale=100.0),
+            per_seed("method", "acc_noisy"),
+            per_seed("baseline", "acc_noisy"),
+            2.0,
+            ">=",
+            units="paired training seeds",
+            scale=100.0,
+        ),
         V.difference_criterion(
-            "acc_clean_gap_pt", "UnLSSL - LSSL test accuracy (pt), both trained and tested without noise",
-            per_seed("method", "acc_clean"), per_seed("baseline", "acc_clean"), -3.0, ">=",
-            units="paired training seeds", scale=100.0),
+            "acc_clean_gap_pt",
+            "UnLSSL - LSSL test accuracy (pt), both trained and tested without noise",
+            per_seed("method", "acc_clean"),
+            per_seed("baseline", "acc_clean"),
+            -3.0,
+            ">=",
+            units="paired training seeds",
+            scale=100.0,
+        ),
     ]
     figures = {
         "acc_noisy_method": v["method/acc_noisy"],
@@ -650,6 +726,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "The brief marks the classification claim unverified at this scale; E1 reconstruction is the must-pass part."
     )
     if cfg.train.n_seeds == 1:
-        notes += (" One training seed (three would not fit the ~90 s CPU budget; the paper scale has three): no "
-                  "interval, so the accuracy criteria are at best inconclusive.")
+        notes += (
+            " One training seed (three would not fit the ~90 s CPU budget; the paper scale has three): no "
+            "interval, so the accuracy criteria are at best inconclusive."
+        )
     return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -114,8 +114,15 @@ def sample_pairs(P: np.ndarray, q: np.ndarray, n: int, rng: np.random.Generator)
     return wins
 
 
-def train_tabular(sft_counts: np.ndarray, dpo_wins: np.ndarray, dpo_log_q: np.ndarray, dpo_betas: np.ndarray,
-                  wro_w: np.ndarray, steps: int, lr: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def train_tabular(
+    sft_counts: np.ndarray,
+    dpo_wins: np.ndarray,
+    dpo_log_q: np.ndarray,
+    dpo_betas: np.ndarray,
+    wro_w: np.ndarray,
+    steps: int,
+    lr: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Adam on softmax logits with exact full-batch gradients, many bandits at once.
 
     Rows are independent problems: SFT (maximise E_{y_w}[log pi(y_w)] on the preferred samples'
@@ -127,7 +134,9 @@ def train_tabular(sft_counts: np.ndarray, dpo_wins: np.ndarray, dpo_log_q: np.nd
     sft_target = torch.as_tensor(sft_counts / sft_counts.sum(1, keepdims=True))
     dpo_weights = torch.as_tensor(dpo_wins / dpo_wins.sum((1, 2), keepdims=True))
     log_q, betas, w = torch.as_tensor(dpo_log_q), torch.as_tensor(dpo_betas)[:, None, None], torch.as_tensor(wro_w)
-    z_sft, z_dpo, z_wro = (torch.zeros(len(a), n, dtype=torch.float64, requires_grad=True) for a in (sft_target, log_q, w))
+    z_sft, z_dpo, z_wro = (
+        torch.zeros(len(a), n, dtype=torch.float64, requires_grad=True) for a in (sft_target, log_q, w)
+    )
     opt = torch.optim.Adam([z_sft, z_dpo, z_wro], lr=lr)
     for _ in range(steps):
         sft = -(sft_target * torch.log_softmax(z_sft, 1)).sum()
@@ -140,8 +149,9 @@ def train_tabular(sft_counts: np.ndarray, dpo_wins: np.ndarray, dpo_log_q: np.nd
     return tuple(torch.softmax(z.detach(), 1).numpy() for z in (z_sft, z_dpo, z_wro))
 
 
-def tabular_study(n: int, low: float, high: float, betas, n_pairs: int, steps: int, lr: float,
-                  strength: float, seed: int) -> dict[str, float]:
+def tabular_study(
+    n: int, low: float, high: float, betas, n_pairs: int, steps: int, lr: float, strength: float, seed: int
+) -> dict[str, float]:
     """Closed forms and trained values on the uniform and skewed (q ~ e^{-r}) bandits, plus a non-transitive P."""
     rng = np.random.default_rng(seed)
     r = np.linspace(low, high, n)
@@ -158,7 +168,8 @@ def tabular_study(n: int, low: float, high: float, betas, n_pairs: int, steps: i
         np.stack([np.log(settings[name]) for name, _ in grid]),
         np.array([beta for _, beta in grid], dtype=np.float64),
         np.stack([ws[name] for name in names]),
-        steps, lr,
+        steps,
+        lr,
     )
     for i, name in enumerate(names):
         q, w, p = settings[name], ws[name], f"{name}_"

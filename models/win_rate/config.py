@@ -22,7 +22,7 @@ class LMSize(StrictModel):
     n_head: int = Field(4, ge=1, le=32)
 
     @model_validator(mode="after")
-    def _divisible(self) -> "LMSize":
+    def _divisible(self) -> LMSize:
         if self.n_embd % self.n_head:
             raise ValueError("n_embd must be divisible by n_head")
         return self
@@ -57,8 +57,8 @@ class DataConfig(StrictModel):
     pairs_jsonl: RelPath = ""
 
     @model_validator(mode="after")
-    def _enumerable(self) -> "DataConfig":
-        if self.n_symbols ** self.response_length > 50_000:
+    def _enumerable(self) -> DataConfig:
+        if self.n_symbols**self.response_length > 50_000:
             raise ValueError("n_symbols ** response_length must stay <= 50000 (responses are enumerated exactly)")
         return self
 
@@ -76,7 +76,7 @@ class TabularConfig(StrictModel):
     nontransitive_strength: float = Field(1.5, ge=0, le=20)  # cyclic term added to the BT logits
 
     @model_validator(mode="after")
-    def _check(self) -> "TabularConfig":
+    def _check(self) -> TabularConfig:
         if not self.betas or min(self.betas) <= 0:
             raise ValueError("betas must be positive")
         if self.reward_high <= self.reward_low:
@@ -133,13 +133,15 @@ class Config(MethodConfig):
     batch_pairs: int = Field(64, ge=1, le=10_000)  # offline variants (SFT, DPO): pairs per step
     lr: float = Field(1e-3, gt=0, le=1)
     dpo_betas: tuple[KLCoefficient, ...] = (0.1, 0.5)
-    kl_beta: float = Field(0.1, gt=0, le=100)  # RLHF's KL coefficient (= the first DPO beta: same optimum under the oracle reward)
+    kl_beta: float = Field(
+        0.1, gt=0, le=100
+    )  # RLHF's KL coefficient (= the first DPO beta: same optimum under the oracle reward)
     # The learned Bradley-Terry reward model that RLHF uses (trained on the same pairs as DPO).
     reward_epochs: int = Field(8, ge=1, le=100)
     reward_lr: float = Field(1e-3, gt=0, le=1)
 
     @model_validator(mode="after")
-    def _check(self) -> "Config":
+    def _check(self) -> Config:
         if not self.dpo_betas or min(self.dpo_betas) <= 0:
             raise ValueError("dpo_betas must be positive")
         if self.checkpoints > self.steps:

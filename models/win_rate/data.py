@@ -15,12 +15,9 @@ import numpy as np
 import torch
 
 from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
-
 from models.common.tiny_lm import TinyLM, Tokenizer, generate
 
 from .config import DataConfig
-
-
 
 
 def make_tokenizer(cfg: DataConfig) -> Tokenizer:
@@ -67,7 +64,9 @@ def categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.minimum((cdf < u[:, None]).sum(1), probs.shape[1] - 1)
 
 
-def sample_corpus(start: np.ndarray, trans: np.ndarray, n: int, length: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def sample_corpus(
+    start: np.ndarray, trans: np.ndarray, n: int, length: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
     """``n`` (prompt, sentence) draws from the hidden language."""
     K = start.shape[0]
     prompts = rng.integers(0, K, size=n)
@@ -100,7 +99,9 @@ def oracle_reward(cfg: DataConfig, prefs: dict[str, np.ndarray], responses: np.n
     for k in range(K):
         n_liked = np.isin(responses, prefs["liked"][k]).sum(1)
         a, b = prefs["bigram"][k]
-        has_bigram = ((responses[:, :-1] == a) & (responses[:, 1:] == b)).any(1) if L > 1 else np.zeros(len(responses), bool)
+        has_bigram = (
+            ((responses[:, :-1] == a) & (responses[:, 1:] == b)).any(1) if L > 1 else np.zeros(len(responses), bool)
+        )
         rewards[k] = cfg.liked_weight * np.sqrt(n_liked) + cfg.bigram_bonus * has_bigram - cfg.run_penalty * (runs - 1)
     return rewards
 
@@ -119,18 +120,26 @@ def exact_logprobs(model: TinyLM, tok: Tokenizer, cfg: DataConfig, batch: int = 
     sym = torch.as_tensor(symbol_ids(tok, V))
     prefixes = torch.as_tensor(all_responses(V, L - 1)) if L > 1 else torch.zeros((1, 0), dtype=torch.long)
     responses = torch.as_tensor(all_responses(V, L))
-    prefix_of = responses[:, :-1] @ (V ** torch.arange(L - 2, -1, -1)) if L > 1 else torch.zeros(len(responses), dtype=torch.long)
+    prefix_of = (
+        responses[:, :-1] @ (V ** torch.arange(L - 2, -1, -1))
+        if L > 1
+        else torch.zeros(len(responses), dtype=torch.long)
+    )
     out = []
-    for k, pid in enumerate(prompt_ids(tok, K)):
+    for _k, pid in enumerate(prompt_ids(tok, K)):
         ids = torch.cat([torch.full((len(prefixes), 1), pid), sym[prefixes]], 1)
-        logp = torch.cat([torch.log_softmax(model(ids[i : i + batch])[..., sym], -1) for i in range(0, len(ids), batch)])
+        logp = torch.cat(
+            [torch.log_softmax(model(ids[i : i + batch])[..., sym], -1) for i in range(0, len(ids), batch)]
+        )
         # logp[prefix, t, v] = log p(y_{t+1} = v | x, prefix[:t]); pick each response's own path.
         steps = logp[prefix_of[:, None], torch.arange(L)[None, :], responses]
         out.append(steps.sum(1))
     return torch.stack(out)
 
 
-def sample_responses(model: TinyLM, tok: Tokenizer, cfg: DataConfig, prompts: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_responses(
+    model: TinyLM, tok: Tokenizer, cfg: DataConfig, prompts: torch.Tensor, generator: torch.Generator
+) -> torch.Tensor:
     """Sample y ~ pi(. | x) for a batch of prompt indices: (n, L) symbol indices."""
     sym = symbol_ids(tok, cfg.n_symbols)
     ids = torch.as_tensor(prompt_ids(tok, cfg.n_prompts))[prompts][:, None]
@@ -150,7 +159,9 @@ def token_ids(tok: Tokenizer, cfg: DataConfig, prompts: torch.Tensor, responses:
 # ----------------------------------------------------------------------------- preference pairs
 
 
-def sample_pairs(log_q: np.ndarray, rewards: np.ndarray, n: int, rng: np.random.Generator, responses: np.ndarray) -> dict[str, np.ndarray]:
+def sample_pairs(
+    log_q: np.ndarray, rewards: np.ndarray, n: int, rng: np.random.Generator, responses: np.ndarray
+) -> dict[str, np.ndarray]:
     """x uniform, y, y' ~ q(. | x) i.i.d., label ~ Bernoulli(sigma(r(y) - r(y'))): (prompt, chosen, rejected)."""
     K = log_q.shape[0]
     q = np.exp(log_q - log_q.max(1, keepdims=True))
@@ -213,7 +224,10 @@ def load_pairs_jsonl(path: Path, tok: Tokenizer, cfg: DataConfig) -> dict[str, n
 def bt_loglik_optimum(rewards: np.ndarray, pairs: dict[str, np.ndarray], n_symbols: int) -> float:
     """Mean -log sigma(r(y_w) - r(y_l)): the DPO loss of the population optimum on these pairs."""
     k = pairs["prompt"]
-    margin = rewards[k, response_index(pairs["chosen"], n_symbols)] - rewards[k, response_index(pairs["rejected"], n_symbols)]
+    margin = (
+        rewards[k, response_index(pairs["chosen"], n_symbols)]
+        - rewards[k, response_index(pairs["rejected"], n_symbols)]
+    )
     return float(np.mean(np.logaddexp(0.0, -margin)))
 
 

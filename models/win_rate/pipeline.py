@@ -71,7 +71,16 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
+from models.base import (
+    ClaimResult,
+    DatasetRef,
+    Metrics,
+    Scale,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
+)
 from models.common import plotting
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
@@ -109,8 +118,16 @@ from .data import (
 ANCHOR = "anchor"  # the versioned anchor LM folder inside the dataset
 ONLINE = ("rlhf", "nlhf", "wro")
 WRO_KINDS = ("rlhf", "nlhf", "wro")  # the win-rate-optimising objectives
-COLORS = {"rlhf": "tab:red", "nlhf": "tab:purple", "wro_id": "tab:orange", "wro_log": "tab:brown",
-          "wro_logit": "tab:pink", "sft": "tab:gray", "dpo": "tab:blue", "dpo_b0.5": "tab:cyan"}
+COLORS = {
+    "rlhf": "tab:red",
+    "nlhf": "tab:purple",
+    "wro_id": "tab:orange",
+    "wro_log": "tab:brown",
+    "wro_logit": "tab:pink",
+    "sft": "tab:gray",
+    "dpo": "tab:blue",
+    "dpo_b0.5": "tab:cyan",
+}
 
 
 def variants(cfg: Config) -> dict[str, dict]:
@@ -144,17 +161,34 @@ def pretrain_anchor(cfg: Config, tok: Tokenizer, prompts: np.ndarray, sentences:
     """MLE on the synthetic language: the anchor q (and every policy's starting point)."""
     d = cfg.data
     torch.manual_seed(cfg.seed)
-    model = TinyLM(LMConfig(vocab_size=len(tok), n_positions=1 + d.response_length, n_embd=d.lm.n_embd,
-                            n_layer=d.lm.n_layer, n_head=d.lm.n_head))
+    model = TinyLM(
+        LMConfig(
+            vocab_size=len(tok),
+            n_positions=1 + d.response_length,
+            n_embd=d.lm.n_embd,
+            n_layer=d.lm.n_layer,
+            n_head=d.lm.n_head,
+        )
+    )
     ids = token_ids(tok, d, torch.as_tensor(prompts), torch.as_tensor(sentences))
     weights = torch.ones_like(ids, dtype=torch.float32)
     weights[:, 0] = 0.0  # the prompt token is given, not predicted
     n_val = max(1, len(ids) // 10)  # a held-out tenth of the corpus for the validation curve
-    loader = DataLoader(TensorDataset(ids[n_val:], weights[n_val:]), d.pretrain_batch, shuffle=True,
-                        generator=torch.Generator().manual_seed(cfg.seed))
+    loader = DataLoader(
+        TensorDataset(ids[n_val:], weights[n_val:]),
+        d.pretrain_batch,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     val = DataLoader(TensorDataset(ids[:n_val], weights[:n_val]), 4096)
-    history = fit(LanguageModelling(model, d.pretrain_lr), loader, val, max_epochs=d.pretrain_epochs, seed=cfg.seed,
-                  variant="anchor LM pretraining")
+    history = fit(
+        LanguageModelling(model, d.pretrain_lr),
+        loader,
+        val,
+        max_epochs=d.pretrain_epochs,
+        seed=cfg.seed,
+        variant="anchor LM pretraining",
+    )
     return model.eval(), history
 
 
@@ -187,15 +221,22 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         train_pairs = sample_pairs(log_q, rewards, d.train_pairs, rng, responses)
     heldout = sample_pairs(log_q, rewards, d.heldout_pairs, rng, responses)
     save_npz(data_dir / "corpus.npz", prompt=prompts, sentence=sentences)
-    save_npz(data_dir / "oracle.npz", reward=rewards, liked=prefs["liked"], bigram=prefs["bigram"], start=start, trans=trans)
+    save_npz(
+        data_dir / "oracle.npz", reward=rewards, liked=prefs["liked"], bigram=prefs["bigram"], start=start, trans=trans
+    )
     save_npz(data_dir / "pairs_train.npz", **train_pairs)
     save_npz(data_dir / "pairs_heldout.npz", **heldout)
-    generated = (f"generated from seed {cfg.seed}: Markov-chain language ({d.n_prompts} prompts, {d.n_symbols} symbols, "
-                 f"length {d.response_length}), tiny GPT-2 anchor, Bradley-Terry oracle")
+    generated = (
+        f"generated from seed {cfg.seed}: Markov-chain language ({d.n_prompts} prompts, {d.n_symbols} symbols, "
+        f"length {d.response_length}), tiny GPT-2 anchor, Bradley-Terry oracle"
+    )
     supplied = [f"{what} data/{path}" for what, path in (("anchor LM", d.anchor_lm), ("pairs", d.pairs_jsonl)) if path]
     # Either user file replaces a generated part, as the existing "synthetic" flag below says.
-    source = (dataset_meta("real", f"user-supplied {', '.join(supplied)}; the rest {generated}") if supplied
-              else dataset_meta("synthetic", generated))
+    source = (
+        dataset_meta("real", f"user-supplied {', '.join(supplied)}; the rest {generated}")
+        if supplied
+        else dataset_meta("synthetic", generated)
+    )
     meta = {
         **source,
         "generator": "Markov-chain language + tiny GPT-2 anchor + BT oracle (models/win_rate/data.py)",
@@ -281,8 +322,12 @@ class RewardModelling(L.LightningModule):
         r_w, r_l = self.net(both).chunk(2)
         margin = r_w - r_l
         loss = F.softplus(-margin).mean()
-        self.log_dict({f"{stage}/loss": loss, f"{stage}/acc": (margin > 0).float().mean()},
-                      on_step=False, on_epoch=True, batch_size=len(prompt))
+        self.log_dict(
+            {f"{stage}/loss": loss, f"{stage}/acc": (margin > 0).float().mean()},
+            on_step=False,
+            on_epoch=True,
+            batch_size=len(prompt),
+        )
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -350,7 +395,9 @@ class PreferenceLearner(L.LightningModule):
     enumerated and the exact win rate, objective value and fraction of optimum are logged.
     """
 
-    def __init__(self, policy: TinyLM, task: Task, spec: dict, cfg: Config, r_hat: np.ndarray | None, seed: int) -> None:
+    def __init__(
+        self, policy: TinyLM, task: Task, spec: dict, cfg: Config, r_hat: np.ndarray | None, seed: int
+    ) -> None:
         super().__init__()
         self.policy, self.task, self.spec, self.cfg = policy, task, spec, cfg
         self.kind = spec["kind"]
@@ -407,8 +454,12 @@ class PreferenceLearner(L.LightningModule):
             self.heldout_loss = float(logs["dpo_loss"])
         # Lightning's per-call logging cost rivals a step of these tiny models: log ~50 training points.
         if stage != "train" or self.global_step % self.log_every == 0:
-            self.log_dict({f"{stage}/loss": loss, **{f"{stage}/{k}": v for k, v in logs.items()}},
-                          on_step=stage == "train", on_epoch=stage != "train", batch_size=len(batch[0]))
+            self.log_dict(
+                {f"{stage}/loss": loss, **{f"{stage}/{k}": v for k, v in logs.items()}},
+                on_step=stage == "train",
+                on_epoch=stage != "train",
+                batch_size=len(batch[0]),
+            )
         return loss
 
     def training_step(self, batch, batch_idx):
@@ -447,12 +498,22 @@ def train_reward_model(cfg: Config, task: Task, out_dir: Path) -> tuple[np.ndarr
     torch.manual_seed(cfg.seed)
     net = RewardModel(copy.deepcopy(task.anchor).train())
     p = task.train_pairs
-    loader = DataLoader(TensorDataset(p["prompt"], p["chosen"], p["rejected"]), cfg.batch_pairs, shuffle=True,
-                        generator=torch.Generator().manual_seed(cfg.seed))
+    loader = DataLoader(
+        TensorDataset(p["prompt"], p["chosen"], p["rejected"]),
+        cfg.batch_pairs,
+        shuffle=True,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
     h = task.heldout
     val = DataLoader(TensorDataset(h["prompt"], h["chosen"], h["rejected"]), len(h["prompt"]))
-    history = fit(RewardModelling(net, task, cfg.reward_lr), loader, val, max_epochs=cfg.reward_epochs, seed=cfg.seed,
-                  variant="Bradley-Terry reward model")
+    history = fit(
+        RewardModelling(net, task, cfg.reward_lr),
+        loader,
+        val,
+        max_epochs=cfg.reward_epochs,
+        seed=cfg.seed,
+        variant="Bradley-Terry reward model",
+    )
     torch.save(net.state_dict(), out_dir / "reward_model.pt")
     K, N = task.q.shape
     responses = torch.as_tensor(all_responses(task.d.n_symbols, task.d.response_length))
@@ -469,8 +530,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     r_hat, rm_history = train_reward_model(cfg, task, out_dir)
     np.save(out_dir / "learned_reward.npy", r_hat)
     history: dict[str, list[dict[str, float]]] = {"reward_model": rm_history}
-    summary: dict[str, float] = {"reward_model/heldout_acc": next(
-        (r["val/acc"] for r in reversed(rm_history) if "val/acc" in r), float("nan"))}
+    summary: dict[str, float] = {
+        "reward_model/heldout_acc": next((r["val/acc"] for r in reversed(rm_history) if "val/acc" in r), float("nan"))
+    }
     every = max(1, cfg.steps // cfg.checkpoints)
     p, h = task.train_pairs, task.heldout
     pairs = TensorDataset(p["prompt"], p["chosen"], p["rejected"])
@@ -482,14 +544,27 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             policy = copy.deepcopy(task.anchor).train()
             module = PreferenceLearner(policy, task, spec, cfg, r_hat if spec["kind"] == "rlhf" else None, seed)
             if spec["kind"] in ONLINE:
-                prompts = torch.randint(0, cfg.data.n_prompts, (cfg.steps * cfg.batch_prompts,),
-                                        generator=torch.Generator().manual_seed(seed))
+                prompts = torch.randint(
+                    0,
+                    cfg.data.n_prompts,
+                    (cfg.steps * cfg.batch_prompts,),
+                    generator=torch.Generator().manual_seed(seed),
+                )
                 loader = DataLoader(TensorDataset(prompts), cfg.batch_prompts)
             else:
                 loader = DataLoader(pairs, cfg.batch_pairs, shuffle=True, generator=torch.Generator().manual_seed(seed))
             start = {"step": 0, **checkpoint_record(policy, task, module.view, math.log(2.0))}
-            records = fit(module, loader, val, max_epochs=10**6, max_steps=cfg.steps, seed=seed,
-                          val_check_interval=every, check_val_every_n_epoch=None, variant=f"{name}, seed {seed}")
+            records = fit(
+                module,
+                loader,
+                val,
+                max_epochs=10**6,
+                max_steps=cfg.steps,
+                seed=seed,
+                val_check_interval=every,
+                check_val_every_n_epoch=None,
+                variant=f"{name}, seed {seed}",
+            )
             history[name if k == 0 else f"{name}_seed{k}"] = [start] + records
             save_pretrained(policy.eval(), out_dir / f"policy_{name}_seed{k}", task.tok)
             final = [r for r in records if "val/win_rate" in r]
@@ -533,7 +608,15 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             finals.append(wr)
             fractions.append(fraction[-1])
             rhos.append(alg.spearman(objective, wrs))
-            runs.append({"variant": name, "kind": spec["kind"], "final": wr, "expected": view.expected_wr, "fraction": fraction[-1]})
+            runs.append(
+                {
+                    "variant": name,
+                    "kind": spec["kind"],
+                    "final": wr,
+                    "expected": view.expected_wr,
+                    "fraction": fraction[-1],
+                }
+            )
         p = metric_prefix(cfg, name) + "/"
         for k in range(cfg.n_seeds):  # per seed: the paired units of the claim's intervals
             values[p + f"seed{k}/win_rate"] = float(finals[k])
@@ -543,7 +626,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         values[p + "win_rate_seed_std"] = float(np.std(finals))
         values[p + "expected_win_rate"] = float(view.expected_wr)
         values[p + "fraction_of_optimum"] = float(np.mean(fractions))
-        values[p + "spearman_objective_wr"] = finite(float(np.nanmean(rhos)) if not all(map(math.isnan, rhos)) else float("nan"))
+        values[p + "spearman_objective_wr"] = finite(
+            float(np.nanmean(rhos)) if not all(map(math.isnan, rhos)) else float("nan")
+        )
     values["anchor/mass"] = float(np.mean(task.q.sum(1)))
     values["anchor/win_rate"] = task.win_rate(task.q)
     values["anchor/max_win_rate"] = float(np.mean(task.w.max(1)))
@@ -552,8 +637,17 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     final = np.array([r["final"] for r in runs])
     values["runs/spearman_fraction_vs_final_wr"] = finite(alg.spearman([r["fraction"] for r in runs], final))
     values["runs/spearman_expected_vs_final_wr"] = finite(alg.spearman([r["expected"] for r in runs], final))
-    tab = alg.tabular_study(cfg.tabular.n_responses, cfg.tabular.reward_low, cfg.tabular.reward_high, cfg.tabular.betas,
-                            cfg.tabular.n_pairs, cfg.tabular.steps, cfg.tabular.lr, cfg.tabular.nontransitive_strength, cfg.seed)
+    tab = alg.tabular_study(
+        cfg.tabular.n_responses,
+        cfg.tabular.reward_low,
+        cfg.tabular.reward_high,
+        cfg.tabular.betas,
+        cfg.tabular.n_pairs,
+        cfg.tabular.steps,
+        cfg.tabular.lr,
+        cfg.tabular.nontransitive_strength,
+        cfg.seed,
+    )
     values.update({f"tabular/{k}": v for k, v in tab.items()})
     plots = Path(out_dir) / "plots"
     figures = [
@@ -609,11 +703,13 @@ def plot_correspondence(cfg: Config, history: dict, path: Path) -> Path:
             ax.plot(objective, wr, marker="o", ms=3, color=color(name), alpha=1.0 if k == 0 else 0.5)
             rhos.append(alg.spearman(objective, wr))
         label = "-held-out DPO loss" if name.startswith("dpo") else "objective (exact)"
-        ax.set_title(f"{name}: mean rho = {np.nanmean(rhos) if not all(map(math.isnan, rhos)) else float('nan'):.2f}", fontsize=8)
+        ax.set_title(
+            f"{name}: mean rho = {np.nanmean(rhos) if not all(map(math.isnan, rhos)) else float('nan'):.2f}", fontsize=8
+        )
         ax.set_xlabel(label, fontsize=7)
         ax.set_ylabel("win rate", fontsize=7)
         ax.tick_params(labelsize=6)
-    for ax in axes.ravel()[len(names):]:
+    for ax in axes.ravel()[len(names) :]:
         ax.axis("off")
     fig.suptitle("Correspondence: objective value vs exact win rate at each checkpoint", fontsize=9)
     return plotting.save(fig, path)
@@ -646,10 +742,18 @@ def plot_tabular(cfg: Config, tab: dict, path: Path) -> Path:
     for ax, setting in zip(axes, ("uniform", "skewed")):
         p = setting + "_"
         labels = ["anchor", "SFT", *[f"DPO b={b:g}" for b in cfg.tabular.betas], "WRO"]
-        closed = [tab[p + "anchor_wr"], tab[p + "sft_closed_form"],
-                  *[tab[p + f"rlhf_optimum_b{b:g}"] for b in cfg.tabular.betas], tab[p + "wro_optimum"]]
-        trained = [tab[p + "anchor_wr"], tab[p + "sft_trained"],
-                   *[tab[p + f"dpo_trained_b{b:g}"] for b in cfg.tabular.betas], tab[p + "wro_trained"]]
+        closed = [
+            tab[p + "anchor_wr"],
+            tab[p + "sft_closed_form"],
+            *[tab[p + f"rlhf_optimum_b{b:g}"] for b in cfg.tabular.betas],
+            tab[p + "wro_optimum"],
+        ]
+        trained = [
+            tab[p + "anchor_wr"],
+            tab[p + "sft_trained"],
+            *[tab[p + f"dpo_trained_b{b:g}"] for b in cfg.tabular.betas],
+            tab[p + "wro_trained"],
+        ]
         xs = np.arange(len(labels))
         ax.bar(xs - 0.2, closed, 0.4, label="closed form / optimum", color="tab:gray")
         ax.bar(xs + 0.2, trained, 0.4, label="trained", color="tab:red")
@@ -685,28 +789,46 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     units = "paired seeds"
 
     def wro_minus_dpo(*per_variant: np.ndarray) -> float:
-        wro_rhos, dpo_rhos = per_variant[: len(wro)], per_variant[len(wro):]
+        wro_rhos, dpo_rhos = per_variant[: len(wro)], per_variant[len(wro) :]
         return float(np.mean([a.mean() for a in wro_rhos]) - np.mean([abs(a.mean()) for a in dpo_rhos]))
 
     expected = np.array([v[p + "/expected_win_rate"] for p in prefixes])
 
     def fraction_minus_expected(*per_variant: np.ndarray) -> float:  # finals of every variant, then fractions
-        finals, fractions = np.concatenate(per_variant[: len(prefixes)]), np.concatenate(per_variant[len(prefixes):])
+        finals, fractions = np.concatenate(per_variant[: len(prefixes)]), np.concatenate(per_variant[len(prefixes) :])
         at_optimum = np.repeat(expected, len(per_variant[0]))
         return finite(alg.spearman(fractions, finals)) - finite(alg.spearman(at_optimum, finals))
 
     criteria = [
-        V.mean_criterion("wro_correspondence", "Spearman rho between each WRO objective (RLHF, NLHF, h-WRO) and the exact "
-                         "win rate vs the anchor across checkpoints, mean over those objectives",
-                         np.mean([rho[p] for p in wro], axis=0), 0.9, ">=", units=units),
-        V.bootstrap_criterion("wro_minus_dpo_correspondence", "the WRO objectives' mean rho minus DPO's |rho| (held-out "
-                              "loss vs win rate; |seed-mean rho| per beta, mean over betas)",
-                              wro_minus_dpo, [rho[p] for p in wro + dpo], 0.0, ">", units=units),
-        V.bootstrap_criterion("fraction_beats_optimum_ranking", "Spearman over all runs of (fraction of optimum reached, "
-                              "final win rate) minus Spearman of (win rate at the objective's optimum, final win rate)",
-                              fraction_minus_expected,
-                              [per_seed(p, "win_rate") for p in prefixes] + [per_seed(p, "fraction_of_optimum") for p in prefixes],
-                              0.0, ">", units=units),
+        V.mean_criterion(
+            "wro_correspondence",
+            "Spearman rho between each WRO objective (RLHF, NLHF, h-WRO) and the exact "
+            "win rate vs the anchor across checkpoints, mean over those objectives",
+            np.mean([rho[p] for p in wro], axis=0),
+            0.9,
+            ">=",
+            units=units,
+        ),
+        V.bootstrap_criterion(
+            "wro_minus_dpo_correspondence",
+            "the WRO objectives' mean rho minus DPO's |rho| (held-out "
+            "loss vs win rate; |seed-mean rho| per beta, mean over betas)",
+            wro_minus_dpo,
+            [rho[p] for p in wro + dpo],
+            0.0,
+            ">",
+            units=units,
+        ),
+        V.bootstrap_criterion(
+            "fraction_beats_optimum_ranking",
+            "Spearman over all runs of (fraction of optimum reached, "
+            "final win rate) minus Spearman of (win rate at the objective's optimum, final win rate)",
+            fraction_minus_expected,
+            [per_seed(p, "win_rate") for p in prefixes] + [per_seed(p, "fraction_of_optimum") for p in prefixes],
+            0.0,
+            ">",
+            units=units,
+        ),
     ]
     figures = {
         "oracle_wro_mean_spearman_objective_wr": float(np.mean([v[p + "/spearman_objective_wr"] for p in oracle_wro])),
@@ -735,7 +857,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         sanity["tabular_sft_within_0.01_of_closed_form"] = abs(v[t + "sft_trained"] - v[t + "sft_closed_form"]) <= 0.01
         sanity["tabular_wro_reaches_0.81"] = v[t + "wro_trained"] >= 0.81
         sanity["tabular_dpo_within_0.02_of_beta_optimum"] = all(
-            abs(v[t + f"dpo_trained_b{b:g}"] - v[t + f"rlhf_optimum_b{b:g}"]) <= 0.02 for b in cfg.tabular.betas)
+            abs(v[t + f"dpo_trained_b{b:g}"] - v[t + f"rlhf_optimum_b{b:g}"]) <= 0.02 for b in cfg.tabular.betas
+        )
     statement = (
         "WRO objectives (RLHF, NLHF, direct h-WRO) show win-rate correspondence: Spearman rho between the exact "
         "objective and the exact win rate vs the anchor across checkpoints >= 0.9 on average, with DPO's held-out "

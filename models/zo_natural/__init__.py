@@ -7,8 +7,10 @@ SPEC = MethodSpec(
     slug="zo_natural",
     title="Natural Perturbations for Black-box Training of Neural Networks by Zeroth-Order Optimization",
     paper="ICML 2025, PMLR 267:53063-53079 (OpenReview ULAQ9GmJlo)",
-    claim=("ZO probes ~ N(0, (F + rho I)^-1) (block Fisher) beat isotropic ZO-I on a deficient chip at equal "
-           "queries: >= +1 pt test accuracy or ZO-I's final loss in <= 70 % of the queries"),
+    claim=(
+        "ZO probes ~ N(0, (F + rho I)^-1) (block Fisher) beat isotropic ZO-I on a deficient chip at equal "
+        "queries: >= +1 pt test accuracy or ZO-I's final loss in <= 70 % of the queries"
+    ),
     config=Config,
     impl="models.zo_natural.pipeline",
     dataset="zo_natural_digits",

@@ -49,8 +49,15 @@ class PerturbationSampler:
     ``normalize_blocks``, and every probe to norm sqrt(N).
     """
 
-    def __init__(self, blocks: list[tuple[int, int]], *, natural: bool, rho: float, ema: float = 1.0,
-                 normalize_blocks: bool = True) -> None:
+    def __init__(
+        self,
+        blocks: list[tuple[int, int]],
+        *,
+        natural: bool,
+        rho: float,
+        ema: float = 1.0,
+        normalize_blocks: bool = True,
+    ) -> None:
         self.blocks, self.natural, self.rho, self.ema = blocks, natural, rho, ema
         self.normalize_blocks = normalize_blocks
         self.n_params = blocks[-1][1]
@@ -69,8 +76,9 @@ class PerturbationSampler:
     def set_curvature(self, curvature: list[torch.Tensor]) -> None:
         """Install C_m as it is (a checkpoint's) and factorise C_m + rho I."""
         self.curvature = curvature
-        self.cholesky = [torch.linalg.cholesky(c + self.rho * torch.eye(len(c), dtype=c.dtype, device=c.device))
-                         for c in curvature]
+        self.cholesky = [
+            torch.linalg.cholesky(c + self.rho * torch.eye(len(c), dtype=c.dtype, device=c.device)) for c in curvature
+        ]
 
     def covariance_blocks(self) -> list[torch.Tensor]:
         """Closed form of the raw probes' covariance per block: (1 + rho)(C_m + rho I)^-1 (or I)."""
@@ -94,16 +102,20 @@ class PerturbationSampler:
             raise RuntimeError("natural sampler used before its first Fisher update")
         device = self.cholesky[0].device
         z = z.to(device)
-        parts = [math.sqrt(1 + self.rho) * torch.linalg.solve_triangular(chol.mT, z[:, a:b].T, upper=True).T
-                 for (a, b), chol in zip(self.blocks, self.cholesky)]
+        parts = [
+            math.sqrt(1 + self.rho) * torch.linalg.solve_triangular(chol.mT, z[:, a:b].T, upper=True).T
+            for (a, b), chol in zip(self.blocks, self.cholesky)
+        ]
         return torch.cat(parts, dim=1)
 
     def sample(self, n_probes: int, generator: torch.Generator) -> torch.Tensor:
         """(Q, N) probes, each of norm exactly sqrt(N)."""
         delta = self.sample_raw(n_probes, generator)
         if self.natural and self.normalize_blocks:
-            delta = torch.cat([delta[:, a:b] * math.sqrt(b - a) / delta[:, a:b].norm(dim=1, keepdim=True)
-                               for a, b in self.blocks], dim=1)
+            delta = torch.cat(
+                [delta[:, a:b] * math.sqrt(b - a) / delta[:, a:b].norm(dim=1, keepdim=True) for a, b in self.blocks],
+                dim=1,
+            )
         return delta * math.sqrt(self.n_params) / delta.norm(dim=1, keepdim=True)
 
 
@@ -117,8 +129,9 @@ def zo_gradient(losses: torch.Tensor, deltas: torch.Tensor, mu_prime: float, lam
 # ----------------------------------------------------------------------------- Lightning
 
 
-def chip_metrics(net: ChipNetwork, thetas: torch.Tensor, x: torch.Tensor,
-                 y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def chip_metrics(
+    net: ChipNetwork, thetas: torch.Tensor, x: torch.Tensor, y: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-setting mean cross-entropy (float64) and accuracy of the network at each of thetas."""
     logits = net.batched_logits(thetas, x)  # (P, B, C)
     losses = F.cross_entropy(logits.transpose(1, 2), y.expand(len(thetas), -1), reduction="none").mean(1)
@@ -136,8 +149,9 @@ class PretrainModule(L.LightningModule):
     def _shared_step(self, batch, stage: str) -> torch.Tensor:
         x, y = batch
         losses, accuracy = chip_metrics(self.twin, self.twin.theta[None], x, y)
-        self.log_dict({f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]}, on_step=False, on_epoch=True,
-                      batch_size=len(y))
+        self.log_dict(
+            {f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]}, on_step=False, on_epoch=True, batch_size=len(y)
+        )
         return losses[0]
 
     def training_step(self, batch, batch_idx):
@@ -158,8 +172,9 @@ class ZOModule(L.LightningModule):
     chip's current parameters, refreshed every ``fisher_every`` minibatches.
     """
 
-    def __init__(self, chip: ChipNetwork, twin: ChipNetwork, sampler: PerturbationSampler, zo_cfg, lr: float,
-                 probe_seed: int) -> None:
+    def __init__(
+        self, chip: ChipNetwork, twin: ChipNetwork, sampler: PerturbationSampler, zo_cfg, lr: float, probe_seed: int
+    ) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.chip, self.twin, self.sampler, self.cfg, self.lr = chip, twin, sampler, zo_cfg, lr
@@ -179,11 +194,19 @@ class ZOModule(L.LightningModule):
         with torch.no_grad():
             losses, accuracy = chip_metrics(self.chip, thetas, x, y)
         if stage == "train":
-            self._train_sums = [self._train_sums[0] + float(losses[0]) * len(y),
-                                self._train_sums[1] + float(accuracy[0]) * len(y), self._train_sums[2] + len(y)]
+            self._train_sums = [
+                self._train_sums[0] + float(losses[0]) * len(y),
+                self._train_sums[1] + float(accuracy[0]) * len(y),
+                self._train_sums[2] + len(y),
+            ]
         else:
-            self.log_dict({f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]}, on_step=False, on_epoch=True,
-                          batch_size=len(y), add_dataloader_idx=False)
+            self.log_dict(
+                {f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]},
+                on_step=False,
+                on_epoch=True,
+                batch_size=len(y),
+                add_dataloader_idx=False,
+            )
         return losses
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -219,8 +242,14 @@ class ZOModule(L.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         loss_sum, acc_sum, count = self._train_sums
-        self.log_dict({"train/loss": loss_sum / count, "train/acc": acc_sum / count, "queries": float(self.queries),
-                       "seconds": time.perf_counter() - self._started})  # wall clock, evaluation included
+        self.log_dict(
+            {
+                "train/loss": loss_sum / count,
+                "train/acc": acc_sum / count,
+                "queries": float(self.queries),
+                "seconds": time.perf_counter() - self._started,
+            }
+        )  # wall clock, evaluation included
 
     def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
         self._shared_step(batch, ("trainset", "test")[dataloader_idx])

@@ -27,7 +27,7 @@ class DataConfig(StrictModel):
     max_test: int = Field(default=0, ge=0, le=100_000)
 
     @model_validator(mode="after")
-    def _idx_needs_dir(self) -> "DataConfig":
+    def _idx_needs_dir(self) -> DataConfig:
         if self.source == "idx" and not self.idx_dir:
             raise ValueError("data.source='idx' needs data.idx_dir (a folder holding the MNIST/FMNIST IDX files)")
         return self
@@ -80,7 +80,7 @@ class ZOConfig(StrictModel):
     lr_grid: tuple[LearningRate, ...] = Field(default=(1e-3, 3e-3, 1e-2), min_length=1)  # best per optimiser
 
     @model_validator(mode="after")
-    def _positive_lrs(self) -> "ZOConfig":
+    def _positive_lrs(self) -> ZOConfig:
         if any(lr <= 0 for lr in self.lr_grid):
             raise ValueError(f"zo.lr_grid must hold positive learning rates, got {self.lr_grid}")
         return self

@@ -60,8 +60,11 @@ def load_digits_split(test_fraction: float, seed: int) -> dict[str, np.ndarray]:
 
     digits = load_digits()
     x_train, x_test, y_train, y_test = train_test_split(
-        digits.data.astype(np.float64), digits.target.astype(np.int64),
-        test_size=test_fraction, random_state=seed, stratify=digits.target,
+        digits.data.astype(np.float64),
+        digits.target.astype(np.int64),
+        test_size=test_fraction,
+        random_state=seed,
+        stratify=digits.target,
     )
     return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
 
@@ -89,8 +92,10 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
 
         split = load_digits_split(d.test_fraction, cfg.seed)
         generator = "sklearn.datasets.load_digits"
-        provenance = (f"scikit-learn {sklearn.__version__} load_digits (bundled 8x8 digits), stratified "
-                      f"{d.test_fraction:g} test split with seed {cfg.seed}")
+        provenance = (
+            f"scikit-learn {sklearn.__version__} load_digits (bundled 8x8 digits), stratified "
+            f"{d.test_fraction:g} test split with seed {cfg.seed}"
+        )
     else:
         split = load_idx_dir(user_data_path(d.idx_dir))
         generator = f"IDX files from {d.idx_dir}"
@@ -105,14 +110,26 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
         raise ValueError(f"data.n_features={d.n_features} needs at least {d.n_features - 1} pixels and train images")
     x_train, x_test = featurize(split["x_train"], split["x_test"], d.n_features)
     np.savez(Path(data_dir) / FILE, x_train=x_train, y_train=split["y_train"], x_test=x_test, y_test=split["y_test"])
-    caps = f", subsampled to {d.max_train or 'all'} train / {d.max_test or 'all'} test" if d.max_train or d.max_test else ""
+    caps = (
+        f", subsampled to {d.max_train or 'all'} train / {d.max_test or 'all'} test"
+        if d.max_train or d.max_test
+        else ""
+    )
     provenance += f"; {d.n_features}-d PCA features{caps}"
     # Both sources are a benchmark's own images; ``dataset`` keeps the config's name for which one.
-    return write_manifest(data_dir, meta={
-        "generator": generator, "synthetic": False, "dataset": d.source, "n_features": d.n_features,
-        "n_train": int(len(x_train)), "n_test": int(len(x_test)), "n_classes": int(split["y_train"].max() + 1),
-        **dataset_meta("real", provenance),
-    })
+    return write_manifest(
+        data_dir,
+        meta={
+            "generator": generator,
+            "synthetic": False,
+            "dataset": d.source,
+            "n_features": d.n_features,
+            "n_train": int(len(x_train)),
+            "n_test": int(len(x_test)),
+            "n_classes": int(split["y_train"].max() + 1),
+            **dataset_meta("real", provenance),
+        },
+    )
 
 
 def load(data: DatasetRef) -> dict[str, np.ndarray]:

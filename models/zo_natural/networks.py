@@ -49,10 +49,10 @@ class ChipNetwork(nn.Module, abc.ABC):
         return torch.func.jacfwd(lambda t: self.batched_logits(t[None], x)[0])(theta.detach())
 
     @abc.abstractmethod
-    def draw_defects(self, chip_cfg, generator: torch.Generator) -> "ChipNetwork":
+    def draw_defects(self, chip_cfg, generator: torch.Generator) -> ChipNetwork:
         """This network's chip: the same parameters with fabrication defects drawn from ``generator``."""
 
-    def nominal(self) -> "ChipNetwork":
+    def nominal(self) -> ChipNetwork:
         """The ideal software twin: same parameters, every defect buffer reset to identity."""
         twin = copy.deepcopy(self)
         fresh = type(self)(**self.init_args)
@@ -99,7 +99,7 @@ class MeshONN(ChipNetwork):
         with torch.no_grad():
             self.theta.copy_((torch.rand(self.n_params, generator=generator, dtype=DTYPE) * 2 - 1) * np.pi)
 
-    def draw_defects(self, chip_cfg, generator: torch.Generator) -> "MeshONN":
+    def draw_defects(self, chip_cfg, generator: torch.Generator) -> MeshONN:
         n, g = self.n_params, generator
         with torch.no_grad():
             self.angle_gain.copy_(chip_cfg.angle_gain_std * torch.randn(n, generator=g, dtype=DTYPE))
@@ -223,7 +223,7 @@ class MLPNet(ChipNetwork):
             uniform = torch.rand(self.n_params, generator=generator, dtype=DTYPE) * 2 - 1
             self.theta.copy_(uniform / fan_in.double().sqrt())
 
-    def draw_defects(self, chip_cfg, generator: torch.Generator) -> "MLPNet":
+    def draw_defects(self, chip_cfg, generator: torch.Generator) -> MLPNet:
         g = generator
         with torch.no_grad():
             self.param_error.copy_(chip_cfg.weight_error_std * torch.randn(self.n_params, generator=g, dtype=DTYPE))

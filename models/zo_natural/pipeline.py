@@ -112,8 +112,9 @@ def build_chip(cfg, n_features: int, seed: int) -> ChipNetwork:
 
 def make_sampler(cfg, chip: ChipNetwork, natural: bool) -> PerturbationSampler:
     z = cfg.zo
-    return PerturbationSampler(chip.blocks, natural=natural, rho=z.rho, ema=z.fisher_ema,
-                               normalize_blocks=z.normalize_blocks)
+    return PerturbationSampler(
+        chip.blocks, natural=natural, rho=z.rho, ema=z.fisher_ema, normalize_blocks=z.normalize_blocks
+    )
 
 
 # ----------------------------------------------------------------------------- training
@@ -132,8 +133,10 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     t = _tensors(data)
     train_set = (t["x_train"], t["y_train"])
     # Monitoring after every epoch: the full training set and the test set, one batch each.
-    eval_loaders = [_loader(*train_set, len(t["y_train"]), False),
-                    _loader(t["x_test"], t["y_test"], len(t["y_test"]), False)]
+    eval_loaders = [
+        _loader(*train_set, len(t["y_train"]), False),
+        _loader(t["x_test"], t["y_test"], len(t["y_test"]), False),
+    ]
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
     runs: dict[tuple[str, float, int], dict] = {}
@@ -142,8 +145,12 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         twin = chip.nominal()
         if cfg.pretrain.epochs:
             history[f"pretrain_seed{seed}"] = fit(
-                PretrainModule(twin, cfg.pretrain.lr), _loader(*train_set, cfg.pretrain.batch_size, True),
-                eval_loaders[1], max_epochs=cfg.pretrain.epochs, seed=seed, variant=f"pretrain seed {seed}",
+                PretrainModule(twin, cfg.pretrain.lr),
+                _loader(*train_set, cfg.pretrain.batch_size, True),
+                eval_loaders[1],
+                max_epochs=cfg.pretrain.epochs,
+                seed=seed,
+                variant=f"pretrain seed {seed}",
                 accelerator=cfg.accelerator,
             )
         chip.theta.data.copy_(twin.theta.detach())  # program the chip with the software solution
@@ -157,18 +164,36 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
                 run_chip.load_state_dict(start)
                 run_twin = run_chip.nominal()
                 with torch.no_grad():
-                    first = [chip_metrics(run_chip, run_chip.theta[None], *split) for split in
-                             (train_set, (t["x_test"], t["y_test"]))]
-                initial = {"step": 0, "queries": 0.0, "seconds": 0.0, "trainset/loss": float(first[0][0][0]),
-                           "trainset/acc": float(first[0][1][0]), "test/loss": float(first[1][0][0]),
-                           "test/acc": float(first[1][1][0])}
-                module = ZOModule(run_chip, run_twin, make_sampler(cfg, run_chip, natural), cfg.zo, lr,
-                                  probe_seed=20_000 + seed)
-                records = fit(module, _loader(*train_set, cfg.zo.batch_size, True), eval_loaders,
-                              max_epochs=cfg.zo.epochs, seed=seed, variant=f"{variant} lr={lr:g} seed {seed}",
-                              accelerator=cfg.accelerator)
-                runs[(variant, lr, seed)] = {"records": [initial] + records, "state": run_chip.state_dict(),
-                                             "queries": module.queries}
+                    first = [
+                        chip_metrics(run_chip, run_chip.theta[None], *split)
+                        for split in (train_set, (t["x_test"], t["y_test"]))
+                    ]
+                initial = {
+                    "step": 0,
+                    "queries": 0.0,
+                    "seconds": 0.0,
+                    "trainset/loss": float(first[0][0][0]),
+                    "trainset/acc": float(first[0][1][0]),
+                    "test/loss": float(first[1][0][0]),
+                    "test/acc": float(first[1][1][0]),
+                }
+                module = ZOModule(
+                    run_chip, run_twin, make_sampler(cfg, run_chip, natural), cfg.zo, lr, probe_seed=20_000 + seed
+                )
+                records = fit(
+                    module,
+                    _loader(*train_set, cfg.zo.batch_size, True),
+                    eval_loaders,
+                    max_epochs=cfg.zo.epochs,
+                    seed=seed,
+                    variant=f"{variant} lr={lr:g} seed {seed}",
+                    accelerator=cfg.accelerator,
+                )
+                runs[(variant, lr, seed)] = {
+                    "records": [initial] + records,
+                    "state": run_chip.state_dict(),
+                    "queries": module.queries,
+                }
     # Best learning rate per optimiser: the lowest final chip training loss, mean over seeds.
     for variant in VARIANTS:
         finals = {}
@@ -328,14 +353,18 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
     _, baseline_loss = _curves(history, "baseline", seeds, "trainset/loss")
     for i, seed in enumerate(seeds):
         reach = _queries_to_reach(queries, method_loss[i], baseline_loss[i, -1])
-        values[f"method/seed{seed}/query_fraction_to_baseline_loss"] = reach / queries[-1] if math.isfinite(reach) else 1.0
+        values[f"method/seed{seed}/query_fraction_to_baseline_loss"] = (
+            reach / queries[-1] if math.isfinite(reach) else 1.0
+        )
     # Sampler check at ZO-natural's trained parameters (first seed), on a fixed training subset.
     chip = make_network(cfg.net, t["x_train"].shape[1])
     chip.load_state_dict(torch.load(artifacts.model_dir / f"method_seed{seeds[0]}.pt", weights_only=True))
     subset = torch.randperm(len(t["y_train"]), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.zo.batch_size]
     values.update(sampler_check(cfg, chip, t["x_train"][subset], t["y_train"][subset], cfg.seed))
-    figures = [plot_curves(cfg, history, summary, out_dir / "plots" / "queries_curves.png"),
-               plot_lr_sweep(cfg, summary, out_dir / "plots" / "lr_sweep.png")]
+    figures = [
+        plot_curves(cfg, history, summary, out_dir / "plots" / "queries_curves.png"),
+        plot_lr_sweep(cfg, summary, out_dir / "plots" / "lr_sweep.png"),
+    ]
     return Metrics(values, figures)
 
 
@@ -344,8 +373,12 @@ def plot_curves(cfg, history: dict, summary: dict, path: Path) -> Path:
     plt = pyplot()
     seeds = _seeds(cfg)
     fig, axes = plt.subplots(1, 4, figsize=(18, 4))
-    panels = (("test/acc", "chip test accuracy"), ("test/loss", "chip test loss"),
-              ("trainset/loss", "chip training loss"), ("trainset/loss", "chip training loss vs wall clock"))
+    panels = (
+        ("test/acc", "chip test accuracy"),
+        ("test/loss", "chip test loss"),
+        ("trainset/loss", "chip training loss"),
+        ("trainset/loss", "chip training loss vs wall clock"),
+    )
     for variant, color in (("method", "C0"), ("baseline", "C1")):
         for i, (ax, (key, title)) in enumerate(zip(axes, panels)):
             queries, curves = _curves(history, variant, seeds, key)
@@ -367,8 +400,13 @@ def plot_lr_sweep(cfg, summary: dict, path: Path) -> Path:
     fig, ax = plt.subplots(figsize=(5, 4))
     for variant, color in (("method", "C0"), ("baseline", "C1")):
         lrs = list(cfg.zo.lr_grid)
-        ax.plot(lrs, [summary[f"{variant}/final_trainset_loss_lr{_lr_tag(lr)}"] for lr in lrs], "o-", color=color,
-                label=LABELS[variant])
+        ax.plot(
+            lrs,
+            [summary[f"{variant}/final_trainset_loss_lr{_lr_tag(lr)}"] for lr in lrs],
+            "o-",
+            color=color,
+            label=LABELS[variant],
+        )
     ax.set_xscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("final chip training loss (mean over seeds)")
@@ -398,8 +436,19 @@ def either(name: str, statement: str, branches: list[Criterion]) -> Criterion:
     margins = [margin(b) for b in branches]
     estimate, low, high = (max(m[i] for m in margins) for i in range(3))
     parts = "; ".join(b.describe() for b in branches)
-    return Criterion(name, statement, estimate, low, high, 0.0, ">=", branches[0].units, branches[0].n_units,
-                     branches[0].interval, reason=f"the better of: {parts}")
+    return Criterion(
+        name,
+        statement,
+        estimate,
+        low,
+        high,
+        0.0,
+        ">=",
+        branches[0].units,
+        branches[0].n_units,
+        branches[0].interval,
+        reason=f"the better of: {parts}",
+    )
 
 
 def claim(cfg, metrics: Metrics) -> ClaimResult:
@@ -409,15 +458,21 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
     fraction = v["method/query_fraction_to_baseline_loss"]
     reached = v["method/reaches_baseline_loss"] > 0.5
     figures = {
-        "method_test_acc": v["method/test_acc"], "baseline_test_acc": v["baseline/test_acc"],
-        "acc_gain_points": 100 * gain, "method_train_loss_reduction": v["method/train_loss_reduction"],
+        "method_test_acc": v["method/test_acc"],
+        "baseline_test_acc": v["baseline/test_acc"],
+        "acc_gain_points": 100 * gain,
+        "method_train_loss_reduction": v["method/train_loss_reduction"],
         "baseline_train_loss_reduction": v["baseline/train_loss_reduction"],
-        "query_fraction_to_baseline_loss": fraction, "reaches_baseline_loss": float(reached),
-        "cos_np": v["sampler/cos_np"], "cos_np_predicted": v["sampler/cos_np_predicted"],
-        "cos_iso": v["sampler/cos_iso"], "cos_iso_predicted": v["sampler/cos_iso_predicted"],
+        "query_fraction_to_baseline_loss": fraction,
+        "reaches_baseline_loss": float(reached),
+        "cos_np": v["sampler/cos_np"],
+        "cos_np_predicted": v["sampler/cos_np_predicted"],
+        "cos_iso": v["sampler/cos_iso"],
+        "cos_iso_predicted": v["sampler/cos_iso_predicted"],
         # The brief's literal sampler criterion, reported; see notes for why it is not a must-pass.
         "brief_cos_np_ge_0.9": float(v["sampler/cos_np"] >= 0.9),
-        "cov_rel_err": v["sampler/cov_rel_err"], "cov_rel_err_expected": v["sampler/cov_rel_err_expected"],
+        "cov_rel_err": v["sampler/cov_rel_err"],
+        "cov_rel_err_expected": v["sampler/cov_rel_err_expected"],
     }
     sanity = {
         # Hold at any scale: the sampler realises (1 + rho)(F + rho I)^-1, the ZO estimates are as
@@ -432,25 +487,45 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         sanity["np_train_loss_down_30pct"] = v["method/train_loss_reduction"] >= 0.30
         sanity["np_within_1.5pt_of_zo_i"] = gain >= -0.015
     accuracy = V.difference_criterion(
-        "acc_gain_pts", "chip test accuracy, ZO-natural minus ZO-I, in points",
-        [v[f"method/seed{s}/test_acc"] for s in seeds], [v[f"baseline/seed{s}/test_acc"] for s in seeds],
-        1.0, ">=", "paired seeds", scale=100.0)
+        "acc_gain_pts",
+        "chip test accuracy, ZO-natural minus ZO-I, in points",
+        [v[f"method/seed{s}/test_acc"] for s in seeds],
+        [v[f"baseline/seed{s}/test_acc"] for s in seeds],
+        1.0,
+        ">=",
+        "paired seeds",
+        scale=100.0,
+    )
     speed = V.mean_criterion(
-        "query_fraction", "fraction of the budget ZO-natural needs to reach ZO-I's final training loss (1 if never)",
-        [v[f"method/seed{s}/query_fraction_to_baseline_loss"] for s in seeds], 0.70, "<=", "paired seeds")
-    criteria = [either(
-        "beats_zo_i", "ZO-natural beats ZO-I: the better relative margin of (a) test accuracy gain >= 1 pt, "
-        "(b) query fraction to ZO-I's final loss <= 0.70; >= 0 when a branch passes", [accuracy, speed])]
+        "query_fraction",
+        "fraction of the budget ZO-natural needs to reach ZO-I's final training loss (1 if never)",
+        [v[f"method/seed{s}/query_fraction_to_baseline_loss"] for s in seeds],
+        0.70,
+        "<=",
+        "paired seeds",
+    )
+    criteria = [
+        either(
+            "beats_zo_i",
+            "ZO-natural beats ZO-I: the better relative margin of (a) test accuracy gain >= 1 pt, "
+            "(b) query fraction to ZO-I's final loss <= 0.70; >= 0 when a branch passes",
+            [accuracy, speed],
+        )
+    ]
     figures["query_fraction_per_seed_mean"] = speed.estimate
-    statement = ("ZO with natural perturbations (probes ~ N(0, (F + rho I)^-1), block Fisher) trains a deficient "
-                 "chip better than isotropic ZO-I at the same query budget: >= +1 point chip test accuracy, or "
-                 "ZO-I's final training loss reached in <= 70 % of the queries.")
-    notes = (f"{accuracy.describe()}; {speed.describe()} ({accuracy.units}). "
-             f"best lr: natural {v['method/lr']:g}, isotropic {v['baseline/lr']:g}; twin (ideal) test acc "
-             f"{v['twin/test_acc']:.3f}, chip after BP {v['method/postbp_test_acc']:.3f}. "
-             "query_fraction_to_baseline_loss (figure: seed-mean curves) is 1.0 when ZO-I's final loss is never reached. "
-             "The brief's cos(g_NP, Sigma grad) >= 0.9 at Q probes is limited by Monte-Carlo noise, not by the "
-             "sampler: the gradient lies where Sigma is small, so E||g_hat - Sigma g||^2 / ||Sigma g||^2 = "
-             "((g'Sigma g) tr Sigma / ||Sigma g||^2 + 1) / Q exceeds the isotropic (N + 1) / Q; the must-pass checks "
-             "the measured cosine against that prediction and the probes' covariance against the closed form.")
+    statement = (
+        "ZO with natural perturbations (probes ~ N(0, (F + rho I)^-1), block Fisher) trains a deficient "
+        "chip better than isotropic ZO-I at the same query budget: >= +1 point chip test accuracy, or "
+        "ZO-I's final training loss reached in <= 70 % of the queries."
+    )
+    notes = (
+        f"{accuracy.describe()}; {speed.describe()} ({accuracy.units}). "
+        f"best lr: natural {v['method/lr']:g}, isotropic {v['baseline/lr']:g}; twin (ideal) test acc "
+        f"{v['twin/test_acc']:.3f}, chip after BP {v['method/postbp_test_acc']:.3f}. "
+        "query_fraction_to_baseline_loss (figure: seed-mean curves) is 1.0 when ZO-I's final loss is never reached. "
+        "The brief's cos(g_NP, Sigma grad) >= 0.9 at Q probes is limited by Monte-Carlo noise, not by the "
+        "sampler: the gradient lies where Sigma is small, so E||g_hat - Sigma g||^2 / ||Sigma g||^2 = "
+        "((g'Sigma g) tr Sigma / ||Sigma g||^2 + 1) / Q exceeds the isotropic (N + 1) / Q; the must-pass checks "
+        "the measured cosine against that prediction and the probes' covariance against the closed form."
+    )
     return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -4,8 +4,6 @@ import shutil
 
 import pytest
 
-from tests.conftest import ROOT
-
 
 @pytest.fixture(scope="session")
 def prefect_harness():

@@ -38,16 +38,20 @@ def _free_port() -> int:
 
 def _project_env(root) -> dict[str, str]:
     """The environment of a user working in ``root``: no state borrowed from the test process."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_")) and k not in
-           ("PAPERLINE_ROOT", "DVC_SITE_CACHE_DIR", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))
+        and k not in ("PAPERLINE_ROOT", "DVC_SITE_CACHE_DIR", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR")
+    }
     env.update(PAPERLINE_ROOT=str(root), PAPERLINE_PROGRESS="0", PYTHONPATH=str(ROOT))
     return env
 
 
 def _cli(env, *args, timeout=600) -> str:
-    proc = subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
@@ -75,8 +79,9 @@ class Api:
 
     def run_deployment(self, name: str, parameters: dict, timeout: float = 400) -> dict:
         """What the UI's Run button does, then wait for a final state."""
-        flow_run = self("POST", f"/deployments/{self.deployments()[name]['id']}/create_flow_run",
-                        {"parameters": parameters})
+        flow_run = self(
+            "POST", f"/deployments/{self.deployments()[name]['id']}/create_flow_run", {"parameters": parameters}
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             run = self("GET", f"/flow_runs/{flow_run['id']}")
@@ -86,8 +91,9 @@ class Api:
         raise TimeoutError(f"flow run of {name} not finished in {timeout} s")
 
     def artifact(self, key: str, flow_run_id: str) -> str:
-        found = self("POST", "/artifacts/filter", {"artifacts": {"key": {"any_": [key]},
-                                                                 "flow_run_id": {"any_": [flow_run_id]}}})
+        found = self(
+            "POST", "/artifacts/filter", {"artifacts": {"key": {"any_": [key]}, "flow_run_id": {"any_": [flow_run_id]}}}
+        )
         assert found, f"no artifact {key!r} on flow run {flow_run_id}"
         return found[0]["data"]
 
@@ -97,8 +103,10 @@ def live(tmp_path_factory):
     if CHROMIUM is None:
         # A missing browser is a broken install, not a pass: `make test` installs Debian's chromium.
         if os.environ.get("PAPERLINE_ALLOW_NO_BROWSER") != "1":
-            pytest.fail("Debian's chromium is not installed: run `make browser` (apt-get install chromium), "
-                        "or set PAPERLINE_ALLOW_NO_BROWSER=1 to skip the UI checks knowingly")
+            pytest.fail(
+                "Debian's chromium is not installed: run `make browser` (apt-get install chromium), "
+                "or set PAPERLINE_ALLOW_NO_BROWSER=1 to skip the UI checks knowingly"
+            )
         pytest.skip("PAPERLINE_ALLOW_NO_BROWSER=1 and no chromium")
     root = tmp_path_factory.mktemp("live")
     env = _project_env(root)
@@ -108,17 +116,28 @@ def live(tmp_path_factory):
         _cli(env, "up", "--prefect-port", str(prefect_port), "--mlflow-port", str(mlflow_port))
         record = json.loads((root / ".paperline" / "servers.json").read_text())
         serve_env = dict(env, PREFECT_API_URL=f"http://127.0.0.1:{prefect_port}/api")
-        serve = subprocess.Popen([sys.executable, "-m", "tasks.cli", "serve"], cwd=ROOT, env=serve_env,
-                                 stdout=open(root / "serve.log", "wb"), stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "tasks.cli", "serve"],
+            cwd=ROOT,
+            env=serve_env,
+            stdout=open(root / "serve.log", "wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         api = Api(f"http://127.0.0.1:{prefect_port}/api")
         deadline = time.monotonic() + 180
         while len(api.deployments()) < 3:
             assert serve.poll() is None, (root / "serve.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "deployments never appeared"
             time.sleep(1)
-        yield dict(root=root, env=env, api=api, prefect=f"http://127.0.0.1:{prefect_port}",
-                   mlflow=f"http://127.0.0.1:{mlflow_port}", record=record)
+        yield dict(
+            root=root,
+            env=env,
+            api=api,
+            prefect=f"http://127.0.0.1:{prefect_port}",
+            mlflow=f"http://127.0.0.1:{mlflow_port}",
+            record=record,
+        )
     finally:
         if serve is not None:
             os.killpg(serve.pid, signal.SIGTERM)
@@ -136,11 +155,12 @@ def live(tmp_path_factory):
 def nightly(live):
     """A crippled first version, a nightly that beats it, and a crippled nightly that must not."""
     api = live["api"]
-    first = api.run_deployment("method-pipeline", {"method": "sleeping_rl", "scale": "smoke",
-                                                   "overrides": [CRIPPLED]})
+    first = api.run_deployment("method-pipeline", {"method": "sleeping_rl", "scale": "smoke", "overrides": [CRIPPLED]})
     better = api.run_deployment("nightly", {"methods": ["sleeping_rl", "kernel_sgd"], "scale": "smoke"})
-    worse = api.run_deployment("nightly", {"methods": ["sleeping_rl", "kernel_sgd"], "scale": "smoke",
-                                           "overrides": [f"sleeping_rl:{CRIPPLED}"]})
+    worse = api.run_deployment(
+        "nightly",
+        {"methods": ["sleeping_rl", "kernel_sgd"], "scale": "smoke", "overrides": [f"sleeping_rl:{CRIPPLED}"]},
+    )
     assert [r["state_type"] for r in (first, better, worse)] == ["COMPLETED"] * 3
     return dict(first=first, better=better, worse=worse)
 
@@ -189,13 +209,26 @@ def test_ui_pages_in_chromium(live, nightly):
                 expect(page.get_by_text(text, exact=False).first).to_be_visible()
             page.screenshot(path=str(SHOTS / f"{shot}.png"), full_page=True)
 
-        visit(f"{live['prefect']}/deployments", "method-pipeline", "all-methods", "nightly-retrain",
-              shot="prefect-deployments")
-        visit(f"{live['prefect']}/deployments/deployment/{nightly_id}", "Scheduled for", "02:00:00 AM",
-              shot="prefect-nightly-schedule")
+        visit(
+            f"{live['prefect']}/deployments",
+            "method-pipeline",
+            "all-methods",
+            "nightly-retrain",
+            shot="prefect-deployments",
+        )
+        visit(
+            f"{live['prefect']}/deployments/deployment/{nightly_id}",
+            "Scheduled for",
+            "02:00:00 AM",
+            shot="prefect-nightly-schedule",
+        )
 
-        visit(f"{live['prefect']}/runs/flow-run/{nightly['worse']['id']}", "Completed", "nightly-retrain",
-              shot="prefect-nightly-run")
+        visit(
+            f"{live['prefect']}/runs/flow-run/{nightly['worse']['id']}",
+            "Completed",
+            "nightly-retrain",
+            shot="prefect-nightly-run",
+        )
         page.get_by_text("Artifacts", exact=True).first.click()
         page.get_by_text("nightly-decisions", exact=True).first.click()
         expect(page.get_by_text("does not beat champion v2").first).to_be_visible()
@@ -206,12 +239,24 @@ def test_ui_pages_in_chromium(live, nightly):
         c = MlflowClient(tracking_uri=live["mlflow"])
         exp = c.get_experiment_by_name("paperline/sleeping_rl")
         champion_run = c.get_model_version("paperline.sleeping_rl", "2").run_id
-        visit(f"{live['mlflow']}/#/experiments/{exp.experiment_id}/runs", "sleeping_rl-smoke",
-              "paperline.sleeping_rl v2", shot="mlflow-experiment")
-        visit(f"{live['mlflow']}/#/experiments/{exp.experiment_id}/runs/{champion_run}",
-              "eval/method/last10_reward_main", "claim/verdict", shot="mlflow-run")
-        visit(f"{live['mlflow']}/#/models/paperline.sleeping_rl", "Version 3", "does not beat champion v2",
-              shot="mlflow-registered-model")
+        visit(
+            f"{live['mlflow']}/#/experiments/{exp.experiment_id}/runs",
+            "sleeping_rl-smoke",
+            "paperline.sleeping_rl v2",
+            shot="mlflow-experiment",
+        )
+        visit(
+            f"{live['mlflow']}/#/experiments/{exp.experiment_id}/runs/{champion_run}",
+            "eval/method/last10_reward_main",
+            "claim/verdict",
+            shot="mlflow-run",
+        )
+        visit(
+            f"{live['mlflow']}/#/models/paperline.sleeping_rl",
+            "Version 3",
+            "does not beat champion v2",
+            shot="mlflow-registered-model",
+        )
         expect(page.get_by_text("champion").first).to_be_visible()
 
         visit(report.as_uri(), "paperline report", "sleeping_rl", "kernel_sgd", shot="report")

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -57,8 +56,9 @@ def _result(stdout: str) -> tuple[str, float]:
 
 def test_sigkill_mid_training_resumes_from_the_last_checkpoint(env, project, tmp_path_factory):
     log = project / "first.log"
-    first = subprocess.Popen(TOY, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT,
-                             start_new_session=True)
+    first = subprocess.Popen(
+        TOY, cwd=ROOT, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     checkpoints = project / "outputs" / "toy_lightning" / "checkpoints"
     deadline = time.monotonic() + 240
     while not list(checkpoints.glob("*/001-method/last.ckpt")):
@@ -104,12 +104,20 @@ def test_flows_at_once_lose_nothing(env, project):
     """The same method twice and another method, as three processes on one SQLite MLflow."""
     fast = dict(env, PAPERLINE_PROGRESS="0")
     procs = [
-        subprocess.Popen([*TOY, "epoch_seconds=0.1"], cwd=ROOT, env=fast, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True),
-        subprocess.Popen([*TOY, "epoch_seconds=0.1"], cwd=ROOT, env=fast, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True),
-        subprocess.Popen([sys.executable, "-m", "tasks.cli", "run", "sleeping_rl", "--scale", "smoke"], cwd=ROOT,
-                         env=fast, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+        subprocess.Popen(
+            [*TOY, "epoch_seconds=0.1"], cwd=ROOT, env=fast, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ),
+        subprocess.Popen(
+            [*TOY, "epoch_seconds=0.1"], cwd=ROOT, env=fast, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "tasks.cli", "run", "sleeping_rl", "--scale", "smoke"],
+            cwd=ROOT,
+            env=fast,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        ),
     ]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     for proc, out in zip(procs, outputs):
@@ -155,10 +163,20 @@ def test_processes_opening_a_fresh_mlflow_db_at_once_migrate_it_once(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys; from pathlib import Path; from tasks import tracking; "
-            "c = tracking.client(Path(sys.argv[1])); c.create_experiment(sys.argv[2]); print('ok')")
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), f"e{i}"], cwd=ROOT,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+    code = (
+        "import sys; from pathlib import Path; from tasks import tracking; "
+        "c = tracking.client(Path(sys.argv[1])); c.create_experiment(sys.argv[2]); print('ok')"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(tmp_path), f"e{i}"],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(3)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
     from tasks import tracking

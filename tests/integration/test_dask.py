@@ -28,8 +28,9 @@ def test_all_methods_on_two_dask_workers(prefect_harness, project):
     assert (project / "outputs" / "report" / "index.html").is_file()
 
 
-def test_parallel_and_sequential_runs_give_identical_results(prefect_harness, project, tmp_path, mlflow_template,
-                                                             monkeypatch):
+def test_parallel_and_sequential_runs_give_identical_results(
+    prefect_harness, project, tmp_path, mlflow_template, monkeypatch
+):
     """Two methods at a time on two worker processes give the same metrics and claims as one after another."""
     import json
     import shutil

@@ -18,8 +18,9 @@ SLUG = "sleeping_rl"
 
 def _clone(dest: Path) -> None:
     """Copy what a clone would hold (tracked and not-ignored files), then commit it."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT,
-                           capture_output=True, text=True, check=True).stdout.split("\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     for name in filter(None, files):
         src = ROOT / name
         if src.is_file():
@@ -84,8 +85,12 @@ def test_concurrent_dvc_repro_is_refused_and_writes_nothing(tmp_path):
 
 def _tree(root: Path, *folders: str) -> dict[str, bytes]:
     """Every file under ``folders`` with its bytes."""
-    return {p.relative_to(root).as_posix(): p.read_bytes()
-            for folder in folders for p in sorted((root / folder).rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for folder in folders
+        for p in sorted((root / folder).rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_a_bad_params_yaml_costs_no_outputs(tmp_path):

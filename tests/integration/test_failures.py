@@ -75,7 +75,10 @@ def test_champion_is_compared_only_like_for_like(prefect_harness, project, toy):
     assert tags["paperline.scale"] == "default" and len(tags["paperline.data_sha256"]) == 64
 
     # Better metrics, but another dataset (other content; same files labelled real; another scale).
-    for version, overrides, why in (("2", ["data.n=32"], "another dataset"), ("3", ["data.source=real"], "another dataset")):
+    for version, overrides, why in (
+        ("2", ["data.n=32"], "another dataset"),
+        ("3", ["data.source=real"], "another dataset"),
+    ):
         other = toy("quality=0.99", *overrides)
         assert other["version"] == version and not other["promoted"], other
         assert why in other["reason"] and "not compared with champion v1" in other["reason"]

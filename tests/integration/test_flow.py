@@ -15,9 +15,9 @@ SLUG = "sleeping_rl"  # the fastest method at smoke scale
 
 
 def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project):
-    import mlflow
     from prefect.artifacts import Artifact
 
+    import mlflow
     from flows.pipelines import method_pipeline
 
     spec = get(SLUG)

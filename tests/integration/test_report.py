@@ -30,7 +30,9 @@ def test_status_names_latest_run_claim_and_aliases(toy_runs, project):
     assert status.verdict == "holds" and status.sane is True
     assert status.figures == {"score": pytest.approx(0.6)}
     (criterion,) = status.criteria
-    assert criterion["name"] == "score" and criterion["estimate"] == pytest.approx(0.6) and criterion["state"] == "holds"
+    assert (
+        criterion["name"] == "score" and criterion["estimate"] == pytest.approx(0.6) and criterion["state"] == "holds"
+    )
     assert (status.dataset, status.data_source) == ("toy", "synthetic") and status.data_provenance
     assert (status.champion, status.challenger) == ("1", "2")
     assert "does not beat champion v1" in status.decision
@@ -88,7 +90,9 @@ def test_every_view_of_a_verdict_agrees(prefect_harness, project, monkeypatch):
 
     monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
     # Per-seed scores 0.3, 0.6, 0.9: mean 0.6 >= 0.5, but the interval reaches far below it.
-    result = method_pipeline.with_options(validate_parameters=False)("toy", Scale.default, ["quality=0.6", "spread=0.3"])
+    result = method_pipeline.with_options(validate_parameters=False)(
+        "toy", Scale.default, ["quality=0.6", "spread=0.3"]
+    )
     assert result["verdict"] == "inconclusive"
     (criterion,) = result["criteria"]
     assert criterion["low"] < 0.5 < criterion["high"] and criterion["state"] == "inconclusive"

@@ -71,8 +71,13 @@ def test_up_binds_loopback_and_down_stops_exactly_those(tmp_path):
 
 def test_remote_bind_needs_explicit_flag(tmp_path):
     env = dict(os.environ, PAPERLINE_ROOT=str(tmp_path))
-    proc = subprocess.run([sys.executable, "-m", "tasks.cli", "up", "--host", "0.0.0.0"], cwd=ROOT, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks.cli", "up", "--host", "0.0.0.0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "--allow-remote" in proc.stderr
     assert not (tmp_path / ".paperline").exists()
 
@@ -98,21 +103,39 @@ def test_servers_refuse_foreign_origins_and_hosts(tmp_path):
         servers.up(tmp_path, prefect_port=pp, mlflow_port=mp)
         # Host check (DNS rebinding: the browser sends the attacker's name).
         assert _status(f"{prefect}/api/health", headers={"Host": f"evil.example:{pp}"})[0] == 400
-        assert _status(f"{mlflow}/api/2.0/mlflow/experiments/search", "POST", {"Host": f"evil.example:{mp}",
-                       **json_type}, b"{}")[0] == 403
+        assert (
+            _status(
+                f"{mlflow}/api/2.0/mlflow/experiments/search",
+                "POST",
+                {"Host": f"evil.example:{mp}", **json_type},
+                b"{}",
+            )[0]
+            == 403
+        )
         # CORS: a foreign origin gets no preflight and may not read answers (a CSRF token included).
-        code, headers = _status(f"{prefect}/api/deployments/filter", "OPTIONS", {
-            **evil, "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "content-type,prefect-csrf-token,prefect-csrf-client"})
+        code, headers = _status(
+            f"{prefect}/api/deployments/filter",
+            "OPTIONS",
+            {
+                **evil,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "content-type,prefect-csrf-token,prefect-csrf-client",
+            },
+        )
         assert code == 400 and "access-control-allow-origin" not in headers
         code, headers = _status(f"{prefect}/api/csrf-token?client=x", headers=evil)
         assert "access-control-allow-origin" not in headers
         # CSRF: a state change without a token (a form post needs no preflight) is refused.
-        code, _ = _status(f"{prefect}/api/flows/", "POST", {**evil, "content-type": "text/plain"},
-                          b'{"name": "planted"}')
+        code, _ = _status(
+            f"{prefect}/api/flows/", "POST", {**evil, "content-type": "text/plain"}, b'{"name": "planted"}'
+        )
         assert code == 403
-        assert _status(f"{mlflow}/api/2.0/mlflow/experiments/create", "POST", {**evil, **json_type},
-                       b'{"name": "planted"}')[0] == 403
+        assert (
+            _status(
+                f"{mlflow}/api/2.0/mlflow/experiments/create", "POST", {**evil, **json_type}, b'{"name": "planted"}'
+            )[0]
+            == 403
+        )
         # The UI's own origin and names still work.
         code, headers = _status(f"{prefect}/api/csrf-token?client=x", headers={"Origin": prefect})
         assert code == 200 and headers["access-control-allow-origin"] == prefect

@@ -24,9 +24,12 @@ EXIT_WITHIN = 45  # seconds from the signal to the CLI's exit (it hung ~150 s on
 
 
 def _user_env(root) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_")) and k not in
-           ("PAPERLINE_ROOT", "DVC_SITE_CACHE_DIR", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PREFECT_", "MLFLOW_", "PYTEST_"))
+        and k not in ("PAPERLINE_ROOT", "DVC_SITE_CACHE_DIR", "MPLCONFIGDIR", "TORCHINDUCTOR_CACHE_DIR")
+    }
     env.update(PAPERLINE_ROOT=str(root), PAPERLINE_PROGRESS="0", PYTHONPATH=str(ROOT))
     return env
 
@@ -42,8 +45,13 @@ def _start_training(project):
     """`paperline run` as a user starts it, returned once it is training (with its output so far)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tasks.cli", "run", "sleeping_rl", "--scale", "smoke", "--set", "episodes=400000"],
-        cwd=ROOT, env=_user_env(project), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True)
+        cwd=ROOT,
+        env=_user_env(project),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
     training = threading.Event()
 

@@ -102,7 +102,7 @@ def test_reset_reinitialises_parameters_temperature_and_adam_of_one_member_only(
     assert all(torch.equal(before1[k], after1[k]) for k in before1)  # the other member untouched
     for k in after0:  # targets equal the fresh critics
         if k.startswith("target."):
-            assert torch.equal(after0[k], after0["critic." + k[len("target."):]])
+            assert torch.equal(after0[k], after0["critic." + k[len("target.") :]])
     assert torch.allclose(sac.log_alpha[0], torch.tensor(math.log(0.5))) and torch.equal(sac.log_alpha[1], alpha1)
     for opt in (sac.actor_opt, sac.critic_opt, sac.alpha_opt):
         assert opt.t[0] == 0 and opt.t[1] == 5
@@ -119,7 +119,7 @@ def test_member_adam_matches_torch_adam_and_masks():
     for _ in range(4):
         for p, opt in ((w, mine), (ref, theirs)):
             opt.zero_grad()
-            (p ** 3).sum().backward()
+            (p**3).sum().backward()
         mine.step(torch.tensor([False, True]))
         theirs.step()
     torch.testing.assert_close(w.detach()[1], ref.detach())  # same as a separate torch Adam
@@ -152,8 +152,12 @@ def _claim_values(cfg, method, baseline, ars_reset_c, control=(1.0, 1.0), more_s
     """A Metrics value dict with what claim() reads: arm (b) = method, (a) = baseline, (c) = ars_reset; ``method`` and
     ``baseline`` are seed 0's per-task success, ``more_seeds`` (method, baseline) pairs for seeds 1, 2, ..."""
     n = len(cfg.toy.kappa)
-    v = {"ars_reset/mean_success": 0.0, "ars_reset/min_task_success": 0.0,
-         "control_method/mean_success": control[0], "control_baseline/mean_success": control[1]}
+    v = {
+        "ars_reset/mean_success": 0.0,
+        "ars_reset/min_task_success": 0.0,
+        "control_method/mean_success": control[0],
+        "control_baseline/mean_success": control[1],
+    }
     for k, (method_k, baseline_k) in enumerate([(method, baseline), *more_seeds]):
         for arm, tasks in (("scale_only", method_k), ("mtsac", baseline_k)):
             prefix = toy_variant(arm, "main", k)
@@ -218,7 +222,9 @@ def test_claim_intervals_over_paired_toy_seeds():
         return pipeline.claim(cfg, Metrics(_claim_values(cfg, *seeds[0], good_c, more_seeds=seeds[1:])))
 
     # three seeds, each well past both thresholds: the claim holds
-    clear = claim(([1, 1, 0.9, 0.7], [1, 0.5, 0, 0]), ([1, 1, 1, 0.8], [1, 0.4, 0.1, 0]), ([1, 0.9, 1, 0.8], [1, 0.5, 0, 0.1]))
+    clear = claim(
+        ([1, 1, 0.9, 0.7], [1, 0.5, 0, 0]), ([1, 1, 1, 0.8], [1, 0.4, 0.1, 0]), ([1, 0.9, 1, 0.8], [1, 0.5, 0, 0.1])
+    )
     assert [c.state for c in clear.criteria] == ["holds", "holds"] and clear.verdict == "holds"
     assert clear.criterion("mean_success_gap").n_units == 3 and clear.criterion("mean_success_gap").interval == "t"
     # gaps 0.55 / 0.05 / 0.50 (mean 0.37): the interval straddles 0.25
@@ -235,8 +241,8 @@ def test_claim_intervals_over_paired_toy_seeds():
 
 def test_smoke_pipeline_and_contract(tmp_path):
     """The smoke run plus every check of tests/methods/test_contract.py on this SPEC."""
-    from models.base import ClaimResult, Metrics, TrainedArtifacts, read_dataset
     from models.ars.pipeline import read_metaworld_run, run_dir_name
+    from models.base import ClaimResult, Metrics, TrainedArtifacts, read_dataset
     from tasks import steps
 
     cfg = SPEC.make_config("smoke")
@@ -261,7 +267,8 @@ def test_smoke_pipeline_and_contract(tmp_path):
     assert isinstance(artifacts, TrainedArtifacts) and artifacts.model_dir == layout.model_dir
     assert TrainedArtifacts.load(layout.model_dir).history == json.loads(json.dumps(artifacts.history))
     assert {"method", "baseline", "ars_reset", "ablation_reset_only", "control_method", "control_baseline"} == set(
-        artifacts.history)
+        artifacts.history
+    )
     for variant, records in artifacts.history.items():
         assert records and all(math.isfinite(float(x)) for r in records for x in r.values()), variant
 
@@ -276,7 +283,8 @@ def test_smoke_pipeline_and_contract(tmp_path):
     assert result.statement and result.figures and isinstance(result.holds, bool)
     assert [c.name for c in result.criteria] == ["mean_success_gap", "worst_task_success"]
     assert result.criterion("mean_success_gap").estimate == pytest.approx(
-        metrics["method/mean_success"] - metrics["baseline/mean_success"])
+        metrics["method/mean_success"] - metrics["baseline/mean_success"]
+    )
     assert all(isinstance(x, bool) for x in result.sanity.values()) and "finite_metrics" in result.sanity
     assert result.sane, result.sanity
     on_disk = json.loads(layout.claim_file.read_text())

@@ -149,7 +149,7 @@ def test_network_bound_stem_factor_is_the_exact_stem_operator_norm():
     with torch.no_grad():
         for block in net.blocks:
             block.alpha.zero_()  # blocks contribute 1 + 0; head row l1 is known
-    stem = lambda z: net.stem_norm(net.stem(z.reshape(1, 1, 40))).flatten()  # noqa: E731
+    stem = lambda z: net.stem_norm(net.stem(z.reshape(1, 1, 40))).flatten()
     J = torch.autograd.functional.jacobian(stem, torch.zeros(40))
     head = net.head.weight.abs().sum(1).max().item()
     assert network_linf_bound(net) == pytest.approx(J.abs().sum(1).max().item() * head, rel=1e-5)
@@ -231,7 +231,9 @@ def test_loaders_read_the_official_layouts(tmp_path, monkeypatch):
             Image.fromarray(np.full((20, 30, 3), value, dtype=np.uint8)).save(tmp_path / "Training" / name / f"{i}.jpg")
     images, labels, classes = load_image_folder(tmp_path / "Training", size=16)
     assert classes == ["glioma", "notumor"] and images.shape == (4, 16, 16) and labels.tolist() == [0, 0, 1, 1]
-    assert images[0].mean() == pytest.approx(40 / 255, abs=0.02) and images[3].mean() == pytest.approx(200 / 255, abs=0.02)
+    assert images[0].mean() == pytest.approx(40 / 255, abs=0.02) and images[3].mean() == pytest.approx(
+        200 / 255, abs=0.02
+    )
 
 
 def test_config_rejects_bad_values():
@@ -267,12 +269,20 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert SPEC.primary_metric in metrics.values
     assert len(metrics.figures) >= 4 and all(p.suffix == ".png" and p.stat().st_size > 0 for p in metrics.figures)
     assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
-    names = {"ecg_noisy_gain_pts", "ecg_clean_drop_pts", "ecg_noise_gain_vs_plain", "ecg_noise_gain_vs_spectral",
-             "ecg_bound_linf_vs_plain", "ecg_bound_linf_vs_spectral"}
+    names = {
+        "ecg_noisy_gain_pts",
+        "ecg_clean_drop_pts",
+        "ecg_noise_gain_vs_plain",
+        "ecg_noise_gain_vs_spectral",
+        "ecg_bound_linf_vs_plain",
+        "ecg_bound_linf_vs_spectral",
+    }
     assert {c.name for c in result.criteria} == names
     gain = result.criterion("ecg_noisy_gain_pts")  # one smoke seed: a point estimate, no interval
     assert gain.n_units == 1 and gain.state == "inconclusive"
-    assert gain.estimate == pytest.approx(100 * (metrics["method/seed0/ecg_acc_noisy"] - metrics["baseline/seed0/ecg_acc_noisy"]))
+    assert gain.estimate == pytest.approx(
+        100 * (metrics["method/seed0/ecg_acc_noisy"] - metrics["baseline/seed0/ecg_acc_noisy"])
+    )
     assert metrics["method/seed0/ecg_acc_noisy"] == pytest.approx(metrics["method/ecg_acc_noisy"])
     assert "ecg_log10_bound_ratio_vs_plain" in result.figures
 
@@ -312,7 +322,9 @@ def test_claim_criteria_are_intervals_over_paired_seeds():
     spectral = _seeds([0.80, 0.72, 0.74], [0.95, 0.95, 0.95], [1.8, 1.9, 2.0], [40.0, 45.0, 50.0])
     # Clear win: every seed +5 pts noisy, no clean drop, lower gain and bound than both comparators.
     clear = _seeds([0.85, 0.75, 0.80], [0.95, 0.96, 0.94], [1.0, 1.1, 1.05], [5.0, 6.0, 5.5])
-    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": clear}))
+    result = SPEC.module().claim(
+        cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": clear})
+    )
     gain = result.criterion("ecg_noisy_gain_pts")
     assert [gain.low, gain.estimate, gain.high] == pytest.approx([5.0] * 3)  # identical per-seed gains: zero width
     assert gain.state == "holds" and gain.n_units == 3 and gain.interval == "t"
@@ -322,14 +334,18 @@ def test_claim_criteria_are_intervals_over_paired_seeds():
 
     # Straddling: +6, -2, +2 pts (mean 2.0, the threshold) -> the noisy-gain criterion is inconclusive.
     straddle = dict(clear, acc_noisy=[0.86, 0.68, 0.77])
-    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": straddle}))
+    result = SPEC.module().claim(
+        cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": straddle})
+    )
     gain = result.criterion("ecg_noisy_gain_pts")
     assert gain.low < 2.0 < gain.high and gain.state == "inconclusive"
     assert result.verdict == "inconclusive"
 
     # A consistent clean-accuracy drop of 5 pts and a higher noise gain than the plain BNN on every seed fail.
     worse = dict(clear, acc_clean=[0.90, 0.91, 0.89], noise_gain=[3.0, 3.1, 3.2])
-    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": worse}))
+    result = SPEC.module().claim(
+        cfg, hand_built_metrics(cfg, {"baseline": plain, "baseline_spectral": spectral, "method": worse})
+    )
     assert result.criterion("ecg_clean_drop_pts").state == "fails"
     assert result.criterion("ecg_noise_gain_vs_plain").state == "fails"
     assert result.verdict == "fails"

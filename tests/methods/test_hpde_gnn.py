@@ -14,6 +14,7 @@ os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric")
 
+from models.base import Metrics  # noqa: E402
 from models.hpde_gnn import SPEC  # noqa: E402
 from models.hpde_gnn.data import (  # noqa: E402
     PlanetoidFormatError,
@@ -241,8 +242,12 @@ def test_filter_regression_targets_are_exact_spectral_filters():
     comb = np.abs(np.sin(np.pi * task["laplacian_eigenvalues"]))[:, None] * task["laplacian_signals_hat"]
     np.testing.assert_allclose(task["laplacian_targets_hat"][1], comb, atol=1e-5)
     for op in ("laplacian", "gcn_adjacency"):
-        np.testing.assert_allclose(np.linalg.norm(task[f"{op}_signals_hat"], axis=0), np.linalg.norm(x, axis=0), rtol=1e-5)
-        np.testing.assert_allclose(np.linalg.norm(task[f"{op}_targets_hat"], axis=1), np.linalg.norm(task["targets"], axis=1), rtol=1e-4)
+        np.testing.assert_allclose(
+            np.linalg.norm(task[f"{op}_signals_hat"], axis=0), np.linalg.norm(x, axis=0), rtol=1e-5
+        )
+        np.testing.assert_allclose(
+            np.linalg.norm(task[f"{op}_targets_hat"], axis=1), np.linalg.norm(task["targets"], axis=1), rtol=1e-4
+        )
 
 
 def _write_planetoid(folder, name="tiny", protocol=pickle.DEFAULT_PROTOCOL, graph=None):
@@ -340,7 +345,14 @@ def test_smoke_pipeline_runs_and_reports(tmp_path):
     assert levels[0]["edge_homophily"] < 0.3 < 0.7 < levels[1]["edge_homophily"]
 
     artifacts = steps.train(SPEC, cfg, tmp_path)
-    assert set(artifacts.history) == {"baseline_mlp", "baseline_gpr", "method_gpr", "baseline_wave", "regression_baseline", "regression_method"}
+    assert set(artifacts.history) == {
+        "baseline_mlp",
+        "baseline_gpr",
+        "method_gpr",
+        "baseline_wave",
+        "regression_baseline",
+        "regression_method",
+    }
     assert len([r for r in artifacts.history["method_gpr"] if "val/acc" in r]) == cfg.epochs
 
     metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
@@ -356,9 +368,16 @@ def test_smoke_pipeline_runs_and_reports(tmp_path):
     passing = result.criterion("filters_passing")
     assert passing.threshold == 1.0 and passing.n_units == 1 and result.verdict in ("holds", "fails", "inconclusive")
     assert v["method/gpr/split0/acc_h10"] == v["method/gpr/acc_h10"]  # one split: the per-split value is the mean
-    assert result.figures["gpr_mean_gain_pt"] == pytest.approx(100 * (v["method/gpr/acc_mean"] - v["baseline/gpr/acc_mean"]))
+    assert result.figures["gpr_mean_gain_pt"] == pytest.approx(
+        100 * (v["method/gpr/acc_mean"] - v["baseline/gpr/acc_mean"])
+    )
     assert ref.meta["source"] == "synthetic" and "CSBM" in ref.meta["provenance"]
-    assert {p.name for p in metrics.figures} == {"accuracy_vs_homophily.png", "learning_curves.png", "wave_step_norms.png", "filter_regression.png"}
+    assert {p.name for p in metrics.figures} == {
+        "accuracy_vs_homophily.png",
+        "learning_curves.png",
+        "wave_step_norms.png",
+        "filter_regression.png",
+    }
 
     net = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
     assert isinstance(net, HyperbolicGNN) and not net.training
@@ -376,7 +395,6 @@ LEVELS = (("h10", 0.1), ("h90", 0.9))
 def claim_metrics(cfg, method_acc, baseline_acc: float = 0.70) -> "Metrics":
     """The keys claim() reads. ``method_acc(f, level, split)`` gives each PDE run's test accuracy; every base run
     scores ``baseline_acc`` and the MLP 0.60."""
-    from models.base import Metrics
 
     splits = range(cfg.data.splits)
     v = {"method/r2_mean": 0.9, "baseline/r2_mean": 0.9, "method/gpr/max_step_norm": 10.0}
@@ -406,7 +424,9 @@ def test_mlp_sanity_check_gates_the_base_spectral_models_and_reports_the_pde_ver
     cfg = SPEC.make_config("default")
     metrics = claim_metrics(cfg, lambda f, lv, s: 0.62 if (f, lv) == (cfg.filters[-1], "h10") else 0.70)
     result = claim(cfg, metrics)
-    assert result.sanity["spectral_beat_mlp_by_5pt_h10"] and result.figures["spectral_minus_mlp_pt_h10"] == pytest.approx(10)
+    assert result.sanity["spectral_beat_mlp_by_5pt_h10"] and result.figures[
+        "spectral_minus_mlp_pt_h10"
+    ] == pytest.approx(10)
     assert result.figures["pde_minus_mlp_pt_h10"] == pytest.approx(2)
     metrics.values["baseline/gpr/acc_h90"] = 0.63  # a base filter that cannot use the graph: the setup is not sane
     assert not claim(cfg, metrics).sanity["spectral_beat_mlp_by_5pt_h90"]

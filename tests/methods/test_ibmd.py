@@ -23,7 +23,6 @@ from models.ibmd.algorithm import (
     mean_pairwise_distance,
     sliced_w2,
 )
-from models.ibmd.pipeline import EVAL_BLOCKS, blocks
 from models.ibmd.config import BridgeConfig, Config, DataConfig, DistillConfig, TeacherConfig
 from models.ibmd.data import (
     circle_means,
@@ -36,6 +35,7 @@ from models.ibmd.data import (
     sample_toy_x0,
 )
 from models.ibmd.networks import BridgeNet, OneStepGenerator, network_times, with_noise_inputs
+from models.ibmd.pipeline import EVAL_BLOCKS, blocks
 
 set_threads()  # tiny tensors: OpenMP threads beyond the free cores only add contention
 
@@ -123,7 +123,9 @@ def test_bridge_matching_loss_vanishes_at_the_posterior_mean_and_weights_by_t():
     assert bridge_matching_loss(Constant(x0[:1]), bridge, x0, x1, step).item() == 0
     wrong = Constant(torch.tensor([[0.5, 0.0]]))
     assert bridge_matching_loss(wrong, bridge, x0, x1, step).item() == pytest.approx(0.5)  # mean_d of (0, 1)
-    assert bridge_matching_loss(wrong, bridge, x0, x1, torch.zeros(64, dtype=torch.long), coeff=2.0).item() == pytest.approx(50)
+    assert bridge_matching_loss(
+        wrong, bridge, x0, x1, torch.zeros(64, dtype=torch.long), coeff=2.0
+    ).item() == pytest.approx(50)
     assert loss_weight(torch.tensor([0, 50, 100]), 100, 2.0).tolist() == pytest.approx([100, 10, 1])
 
 
@@ -173,8 +175,13 @@ def test_distillation_loader_yields_only_x1_and_the_module_refuses_pairs():
         assert torch.is_tensor(batch) and batch.shape == (32, 2)
         assert all((x1 == row).all(1).any() for row in batch)  # rows of x1, nothing else
     teacher = BridgeNet(2, NET, BRIDGE, cond=True)
-    module = InverseBridgeMatching(OneStepGenerator(with_noise_inputs(teacher, NET, BRIDGE, 2)), perturbed(teacher, 1),
-                                   teacher, BridgeSchedule.i2sb(100, 0.3), cfg)
+    module = InverseBridgeMatching(
+        OneStepGenerator(with_noise_inputs(teacher, NET, BRIDGE, 2)),
+        perturbed(teacher, 1),
+        teacher,
+        BridgeSchedule.i2sb(100, 0.3),
+        cfg,
+    )
     assert module.split(batches[0]).shape == (4, 8, 2)
     with pytest.raises(TypeError):
         module.split((torch.randn(32, 2), torch.randn(32, 2)))  # an (x0, x1) pair is rejected
@@ -194,7 +201,9 @@ def test_toy_corruption_and_its_exact_posterior():
     # The posterior at x1 = (0, 0) puts half its mass near (0, 2) and half near (0, -2).
     post = sample_toy_posterior(np.zeros((20_000, 2)), cfg, rng)
     assert np.mean(post[:, 1] > 1.5) == pytest.approx(0.5, abs=0.02)
-    assert np.mean(np.abs(post[:, 1]) > 1.5) > 0.99 and np.std(post[:, 0]) == pytest.approx(0.1 * 0.05 / math.sqrt(0.0125), rel=0.05)
+    assert np.mean(np.abs(post[:, 1]) > 1.5) > 0.99 and np.std(post[:, 0]) == pytest.approx(
+        0.1 * 0.05 / math.sqrt(0.0125), rel=0.05
+    )
     # Against rejection from the joint: x0 whose x1 fell near 1.7 (between two modes).
     near = np.abs(x1[:, 0] - 1.7) < 0.02
     post = sample_toy_posterior(np.tile([[1.7, 0.0]], (20_000, 1)), cfg, rng)
@@ -205,7 +214,9 @@ def test_toy_corruption_and_its_exact_posterior():
 def test_toy_and_digits_files_are_deterministic():
     cfg = DataConfig(toy_train=100, toy_test=64, digits_train_copies=1, digits_test_copies=2)
     a, b = make_toy(cfg, 3), make_toy(cfg, 3)
-    assert all(np.array_equal(a[k], b[k]) for k in a) and a["x0_train"].shape == (100, 2) and a["x1_test"].shape == (64, 2)
+    assert (
+        all(np.array_equal(a[k], b[k]) for k in a) and a["x0_train"].shape == (100, 2) and a["x1_test"].shape == (64, 2)
+    )
     digits = make_digits(cfg, 0)
     n_test = digits["x0_test"].shape[0] // 2
     assert digits["x0_test"].shape[1] == 64 and np.array_equal(digits["x0_test"][:n_test], digits["x0_test"][n_test:])
@@ -309,8 +320,11 @@ def test_smoke_pipeline(tmp_path):
     assert abs(v["oracle/toy_cond_frac_bimodal"] - v["oracle/toy_cond_truth_frac_bimodal"]) < 0.1  # the exact posterior
     assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
     assert "toy_cond_ed_ratio_ibmd_to_teacher_nfe1" in result.figures
-    assert {c.name for c in result.criteria} == {"toy_cond_ed_vs_teacher_nfe10", "toy_cond_ed_vs_teacher_nfe1",
-                                                  "toy_cond_bimodal_gap_to_truth"}
+    assert {c.name for c in result.criteria} == {
+        "toy_cond_ed_vs_teacher_nfe10",
+        "toy_cond_ed_vs_teacher_nfe1",
+        "toy_cond_bimodal_gap_to_truth",
+    }
     gap = result.criterion("toy_cond_bimodal_gap_to_truth")
     # Equal-size blocks: the blocks' mean fraction is the pooled fraction over the blocked pairs.
     assert gap.n_units == EVAL_BLOCKS and gap.low <= gap.estimate <= gap.high
@@ -318,7 +332,9 @@ def test_smoke_pipeline(tmp_path):
     block_truth = [v[f"oracle/toy_cond_truth_block{b}_frac_bimodal"] for b in range(EVAL_BLOCKS)]
     assert np.mean(block_truth) == pytest.approx(v["oracle/toy_cond_truth_frac_bimodal"])
     ed = result.criterion("toy_cond_ed_vs_teacher_nfe1")
-    blocks_ed = [v[f"method/toy_cond_block{b}_ed"] - 0.5 * v[f"baseline/toy_cond_block{b}_ed_nfe1"] for b in range(EVAL_BLOCKS)]
+    blocks_ed = [
+        v[f"method/toy_cond_block{b}_ed"] - 0.5 * v[f"baseline/toy_cond_block{b}_ed_nfe1"] for b in range(EVAL_BLOCKS)
+    ]
     assert ed.estimate == pytest.approx(np.mean(blocks_ed)) and ed.interval == "t"
     assert {p.name for p in metrics.figures} >= {"toy_samples.png", "energy_distance_vs_nfe.png", "digits_samples.png"}
     model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
@@ -333,18 +349,27 @@ def test_smoke_pipeline(tmp_path):
 def _claim_of(ed_ibmd, ed_one, ed_many, frac, truth):
     """claim() on hand-built per-block metrics of one conditional toy setup (smoke: NFE 10 is "many")."""
     cfg = Config.for_scale("smoke", {"data.digits": False})
-    v = {"method/toy_cond_x1_only_fraction": 1.0, "method/toy_cond_init_gap": 0.0,
-         "method/toy_cond_convergence_fake": 0.0, "method/toy_cond_fake_loss": 0.1}
+    v = {
+        "method/toy_cond_x1_only_fraction": 1.0,
+        "method/toy_cond_init_gap": 0.0,
+        "method/toy_cond_convergence_fake": 0.0,
+        "method/toy_cond_fake_loss": 0.1,
+    }
     for b in range(EVAL_BLOCKS):
         v[f"method/toy_cond_block{b}_ed"] = ed_ibmd[b]
         v[f"baseline/toy_cond_block{b}_ed_nfe1"] = ed_one[b]
         v[f"baseline/toy_cond_block{b}_ed_nfe10"] = ed_many[b]
         v[f"method/toy_cond_block{b}_frac_bimodal"] = frac[b]
         v[f"oracle/toy_cond_truth_block{b}_frac_bimodal"] = truth[b]
-    pooled = {"method/toy_cond_ed": np.mean(ed_ibmd), "baseline/toy_cond_ed_nfe1": np.mean(ed_one),
-              "baseline/toy_cond_ed_nfe10": np.mean(ed_many), "method/toy_cond_frac_bimodal": np.mean(frac),
-              "oracle/toy_cond_truth_frac_bimodal": np.mean(truth), "baseline/toy_cond_frac_bimodal_nfe1": 0.1,
-              "baseline/toy_cond_frac_bimodal_nfe10": np.mean(truth)}
+    pooled = {
+        "method/toy_cond_ed": np.mean(ed_ibmd),
+        "baseline/toy_cond_ed_nfe1": np.mean(ed_one),
+        "baseline/toy_cond_ed_nfe10": np.mean(ed_many),
+        "method/toy_cond_frac_bimodal": np.mean(frac),
+        "oracle/toy_cond_truth_frac_bimodal": np.mean(truth),
+        "baseline/toy_cond_frac_bimodal_nfe1": 0.1,
+        "baseline/toy_cond_frac_bimodal_nfe10": np.mean(truth),
+    }
     return SPEC.module().claim(cfg, Metrics({**v, **{k: float(x) for k, x in pooled.items()}}))
 
 
@@ -362,10 +387,20 @@ def test_claim_states_follow_the_block_intervals():
     c = straddle.criterion("toy_cond_ed_vs_teacher_nfe10")
     assert c.low < 0 < c.high and c.state == "inconclusive" and straddle.verdict == "inconclusive"
     # The student keeps the one-step mean's collapse (fraction 0.2 vs 0.75 on every block): the gap fails.
-    collapsed = _claim_of(np.full(n, 0.010) + 1e-4 * alternating, np.full(n, 0.2), np.full(n, 0.01),
-                          np.full(n, 0.2) + 0.01 * alternating, truth)
+    collapsed = _claim_of(
+        np.full(n, 0.010) + 1e-4 * alternating,
+        np.full(n, 0.2),
+        np.full(n, 0.01),
+        np.full(n, 0.2) + 0.01 * alternating,
+        truth,
+    )
     assert collapsed.criterion("toy_cond_bimodal_gap_to_truth").state == "fails" and collapsed.verdict == "fails"
     # A gap of ~0.1 with block noise straddles the tolerance.
-    edge = _claim_of(np.full(n, 0.010) + 1e-4 * alternating, np.full(n, 0.2), np.full(n, 0.01),
-                     truth - 0.1 + 0.05 * alternating, truth)
+    edge = _claim_of(
+        np.full(n, 0.010) + 1e-4 * alternating,
+        np.full(n, 0.2),
+        np.full(n, 0.01),
+        truth - 0.1 + 0.05 * alternating,
+        truth,
+    )
     assert edge.criterion("toy_cond_bimodal_gap_to_truth").state == "inconclusive"

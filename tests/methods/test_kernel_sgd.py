@@ -57,7 +57,7 @@ def test_target_function_clenshaw_matches_direct_sum():
     # Source condition at the edge: sum c_k^2 / lambda_k^s = harmonic series.
     coef = alg.target_coefficients(2.0, 100, BETA)
     np.testing.assert_allclose((coef**2 / alg.eigenvalues(100, BETA) ** 2.0), 1.0 / np.arange(1, 101), rtol=1e-12)
-    assert alg.tail_energy(1.0, 400, BETA) == pytest.approx(sum(k ** -2.5 for k in range(401, 2_000_000)), rel=1e-3)
+    assert alg.tail_energy(1.0, 400, BETA) == pytest.approx(sum(k**-2.5 for k in range(401, 2_000_000)), rel=1e-3)
 
 
 def test_closed_form_risk_equals_quadrature_and_monte_carlo():
@@ -123,15 +123,20 @@ def _dual_sgd(theta, y, lam, etas, average=False):
 def test_batched_sgd_equals_dual_kernel_sgd():
     theta, y, coef, lam = _stream(64)
     eta0 = np.array([0.05, 0.4]) / alg.feature_norm_sq(lam)
-    res = alg.run_sgd(_t(theta)[None], _t(y)[None], _t(coef)[None], _t(lam), _t(eta0), [16, 64],
-                      trace_steps=[5, 64], chunk=7)
+    res = alg.run_sgd(
+        _t(theta)[None], _t(y)[None], _t(coef)[None], _t(lam), _t(eta0), [16, 64], trace_steps=[5, 64], chunk=7
+    )
     grid = np.linspace(0, 2 * np.pi, 40)
     kgrid = alg.kernel(grid, theta, lam)
     for i, e0 in enumerate(eta0):
         exp_alpha = _dual_sgd(theta, y, lam, alg.step_decay(np.arange(64), 64, e0))
         avg_alpha = _dual_sgd(theta, y, lam, np.full(64, e0), average=True)
-        np.testing.assert_allclose(alg.SpectralEstimator(res.exp_final[0, i], lam).predict(grid), kgrid @ exp_alpha, atol=1e-12)
-        np.testing.assert_allclose(alg.SpectralEstimator(res.avg_final[0, i], lam).predict(grid), kgrid @ avg_alpha, atol=1e-12)
+        np.testing.assert_allclose(
+            alg.SpectralEstimator(res.exp_final[0, i], lam).predict(grid), kgrid @ exp_alpha, atol=1e-12
+        )
+        np.testing.assert_allclose(
+            alg.SpectralEstimator(res.avg_final[0, i], lam).predict(grid), kgrid @ avg_alpha, atol=1e-12
+        )
         assert res.exp_risk[0, 1, i] == pytest.approx(alg.excess_risk(res.exp_final[0, i], coef, lam), rel=1e-12)
         assert res.exp_trace[0, 1, i] == pytest.approx(res.exp_risk[0, 1, i], rel=1e-12)
         assert res.avg_trace[0, 1, i] == pytest.approx(res.avg_risk[0, 1, i], rel=1e-12)
@@ -169,8 +174,11 @@ def test_ridge_path_equals_sklearn_kernel_ridge():
     grid = np.linspace(0, 2 * np.pi, 40)
     for i, r in enumerate(ridges):
         reference = KernelRidge(alpha=60 * r, kernel="precomputed").fit(alg.kernel(theta, theta, lam), y)
-        np.testing.assert_allclose(alg.SpectralEstimator(final[0, i], lam).predict(grid),
-                                   reference.predict(alg.kernel(grid, theta, lam)), atol=1e-9)
+        np.testing.assert_allclose(
+            alg.SpectralEstimator(final[0, i], lam).predict(grid),
+            reference.predict(alg.kernel(grid, theta, lam)),
+            atol=1e-9,
+        )
         assert risk[0, i, 1] == pytest.approx(alg.excess_risk(final[0, i], coef, lam), rel=1e-10)
     first, _ = alg.ridge_path(_t(theta[:20]), _t(y[:20])[:, None], _t(coef)[None], _t(lam), _t(ridges), [20])
     np.testing.assert_allclose(risk[..., 0], first[..., 0], rtol=1e-9)
@@ -228,7 +236,11 @@ def test_smoke_pipeline(tmp_path):
     for key in ("method/excess_risk", "baseline/excess_risk", "baseline_krr/excess_risk", "method/s1_slope"):
         assert key in metrics.values
     assert metrics["method/excess_risk"] == pytest.approx(artifacts.history["method"][-1]["excess_risk"])
-    assert {p.name for p in metrics.figures} == {"learning_curves.png", "risk_vs_iteration.png", "tuned_hyperparameters.png"}
+    assert {p.name for p in metrics.figures} == {
+        "learning_curves.png",
+        "risk_vs_iteration.png",
+        "tuned_hyperparameters.png",
+    }
     assert claim.sane, claim.sanity  # exactness, Monte Carlo, stability, decreasing risk hold at any scale
     assert "s1_slopes_within_0.1_of_theory" not in claim.sanity  # default-scale check only
     ratio = metrics["method/excess_risk"] / min(metrics["baseline/excess_risk"], metrics["baseline_krr/excess_risk"])
@@ -248,17 +260,29 @@ def test_smoke_pipeline(tmp_path):
     assert model.predict(np.linspace(0, 1, 7)).shape == (7,)
     coef = alg.target_coefficients(None, cfg.data.harmonics, cfg.data.beta)
     seed0 = next(r for r in rows if r.startswith(f"top,exp_sgd,{ns[-1]},0,"))
-    assert alg.excess_risk(model.weights, coef, model.eigenvalues) == pytest.approx(float(seed0.split(",")[4]), rel=1e-6)
+    assert alg.excess_risk(model.weights, coef, model.eigenvalues) == pytest.approx(
+        float(seed0.split(",")[4]), rel=1e-6
+    )
 
 
 def _claim_metrics(cfg, exp_risk, avg_risk, krr_risk):
     """Hand-built metrics: per-seed risk curves (n, seed) for the claim target, other keys filler."""
     ns = [2**j for j in range(cfg.data.log2_n_min, cfg.data.log2_n_max + 1)]
-    values = {"check/quadrature_rel_err": 0.0, "check/table_rel_err": 0.0, "check/mc_max_abs_z": 1.0,
-              "check/max_eta0_norm": 0.5, "check/risk_decreases": 1.0, "check/tuned_at_grid_edge": 0.0,
-              "check/tuned_at_grid_edge_nmax_claim": 0.0, "method/tuned_eta0_norm_nmax": 0.1,
-              "method/risk_ratio_vs_best_baseline": 0.0, "method/slope_minus_krr_slope": 0.0,
-              "theory/slope_exp_sgd": -1.0, "theory/slope_krr": -0.75, "theory/s1_slope_exp_sgd": -0.6}
+    values = {
+        "check/quadrature_rel_err": 0.0,
+        "check/table_rel_err": 0.0,
+        "check/mc_max_abs_z": 1.0,
+        "check/max_eta0_norm": 0.5,
+        "check/risk_decreases": 1.0,
+        "check/tuned_at_grid_edge": 0.0,
+        "check/tuned_at_grid_edge_nmax_claim": 0.0,
+        "method/tuned_eta0_norm_nmax": 0.1,
+        "method/risk_ratio_vs_best_baseline": 0.0,
+        "method/slope_minus_krr_slope": 0.0,
+        "theory/slope_exp_sgd": -1.0,
+        "theory/slope_krr": -0.75,
+        "theory/s1_slope_exp_sgd": -0.6,
+    }
     for variant, risk in (("method", exp_risk), ("baseline", avg_risk), ("baseline_krr", krr_risk)):
         values[f"{variant}/excess_risk"] = float(risk[-1].mean())
         values[f"{variant}/slope"] = -0.6

@@ -46,7 +46,11 @@ def test_selection_is_softmax_of_cosine_over_tau_with_pe_in_values_only():
 
 def test_selection_is_equivariant_to_word_order_and_invariant_to_patch_order():
     g = torch.Generator().manual_seed(1)
-    words, patches, pos = _unit(torch.randn(2, 4, 6, generator=g)), _unit(torch.randn(2, 9, 6, generator=g)), torch.randn(9, 6, generator=g)
+    words, patches, pos = (
+        _unit(torch.randn(2, 4, 6, generator=g)),
+        _unit(torch.randn(2, 9, 6, generator=g)),
+        torch.randn(9, 6, generator=g),
+    )
     tokens, _ = text_aware_selection(words, patches, pos, 0.1)
     order = torch.tensor([2, 0, 3, 1])
     permuted, _ = text_aware_selection(words[:, order], patches, pos, 0.1)
@@ -74,6 +78,7 @@ def test_grounded_contrastive_loss_matches_hand_computation():
     # (a) object 0 at patch (1,0): caption logits mean cos / tau = [(1+0)/2, (0+0)/2] / 0.5 = [1, 0], target 0;
     #     object 1 at patch (0,1): [(0+1)/2, (1+1)/2] / 0.5 = [1, 2], target 1.
     a = 0.5 * ((math.log(math.e + 1) - 1) + (math.log(math.e + math.e**2) - 2))
+
     # (b) word logits over patches = cos / 0.5:
     #   obj 0 colour word (1,0): [2, 0, -2], positive {patch 0}; shape word (0,1): [0, 2, 0], positives {0, 1} (both shape 0)
     #   obj 1 colour word (0,1): [0, 2, 0], positive {1};        shape word (0,1): [0, 2, 0], positives {0, 1}
@@ -89,12 +94,28 @@ def test_grounded_contrastive_loss_matches_hand_computation():
 
 def _tiny_encoder(stem=0):
     torch.manual_seed(0)
-    return CLIPEncoder(image_size=16, patch=4, width=32, layers=2, heads=2, embed_dim=8, stem_channels=stem, vocab=12, context=3, clearclip=True)
+    return CLIPEncoder(
+        image_size=16,
+        patch=4,
+        width=32,
+        layers=2,
+        heads=2,
+        embed_dim=8,
+        stem_channels=stem,
+        vocab=12,
+        context=3,
+        clearclip=True,
+    )
 
 
 def test_clip_state_dict_loader_round_trip(tmp_path):
     encoder = _tiny_encoder().eval()
-    state = dict(encoder.state_dict(), input_resolution=torch.tensor(16), context_length=torch.tensor(3), vocab_size=torch.tensor(12))
+    state = dict(
+        encoder.state_dict(),
+        input_resolution=torch.tensor(16),
+        context_length=torch.tensor(3),
+        vocab_size=torch.tensor(12),
+    )
     torch.save(state, tmp_path / "tiny_clip.pt")
     loaded = load_clip_weights(tmp_path / "tiny_clip.pt", head_width=16, word_ids=tuple(range(4, 12))).eval()
     assert loaded.visual.grid == 4 and len(loaded.visual.transformer.resblocks) == 2 and loaded.clearclip
@@ -131,7 +152,12 @@ def test_encoder_frozen_during_behaviour_cloning():
     assert set(decay_of) == {id(p) for p in trainable}
     assert all(decay_of[id(p)] == (cfg.bc.weight_decay if p.ndim >= 2 else 0.0) for p in trainable)
     assert decay_of[id(policy.log_tau)] == 0.0 and cfg.bc.weight_decay > 0
-    batch = (torch.randint(0, 256, (4, 32, 32, 3), dtype=torch.uint8), torch.tensor([[0, 4]] * 4), torch.rand(4, 2), torch.rand(4, 2))
+    batch = (
+        torch.randint(0, 256, (4, 32, 32, 3), dtype=torch.uint8),
+        torch.tensor([[0, 4]] * 4),
+        torch.rand(4, 2),
+        torch.rand(4, 2),
+    )
     policy.train()
     assert not policy.encoder.training
     tau0 = policy.log_tau.item()
@@ -170,12 +196,16 @@ def test_smoke_pipeline(tmp_path):
     assert v["expert/success_seen"] == 1.0 and v["expert/success_heldout"] == 1.0
     assert v["method/encoder_unchanged"] == 1.0 and v["baseline/encoder_unchanged"] == 1.0
     assert v["finetuned/encoder_unchanged"] == 0.0
-    assert all(0.0 <= v[f"{a}/success_{s}"] <= 1.0 for a in ("method", "finetuned", "baseline") for s in ("seen", "heldout"))
+    assert all(
+        0.0 <= v[f"{a}/success_{s}"] <= 1.0 for a in ("method", "finetuned", "baseline") for s in ("seen", "heldout")
+    )
     assert claim.sanity["no_heldout_bc_targets"] and "method/success_heldout" in claim.figures
     assert [c.name for c in claim.criteria] == ["heldout_success", "vs_finetuned_heldout", "vs_all_tokens_heldout"]
     # one BC seed at smoke scale: every criterion is one unit, so at best inconclusive
     assert all(c.n_units == 1 for c in claim.criteria) and claim.verdict in ("inconclusive", "fails")
-    assert claim.criterion("heldout_success").estimate == v["method/seed0/success_heldout"] == v["method/success_heldout"]
+    assert (
+        claim.criterion("heldout_success").estimate == v["method/seed0/success_heldout"] == v["method/success_heldout"]
+    )
     model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "otter" / "model")
     assert isinstance(model, OtterPolicy) and model.frozen
 
@@ -184,9 +214,17 @@ def _metrics(method_heldout, finetuned_heldout, baseline_heldout):
     """Hand-built evaluation numbers for ``claim``: per-seed held-out success of the three arms, sane checks."""
     from models.base import Metrics
 
-    values = {"expert/success_seen": 1.0, "expert/success_heldout": 1.0, "check/heldout_bc_targets": 0.0,
-              "method/encoder_unchanged": 1.0, "baseline/encoder_unchanged": 1.0, "finetuned/encoder_unchanged": 0.0,
-              "probe/localisation_seen": 1.0, "probe/localisation_heldout": 0.95, "method/tau": 0.05}
+    values = {
+        "expert/success_seen": 1.0,
+        "expert/success_heldout": 1.0,
+        "check/heldout_bc_targets": 0.0,
+        "method/encoder_unchanged": 1.0,
+        "baseline/encoder_unchanged": 1.0,
+        "finetuned/encoder_unchanged": 0.0,
+        "probe/localisation_seen": 1.0,
+        "probe/localisation_heldout": 0.95,
+        "method/tau": 0.05,
+    }
     for arm, held in (("method", method_heldout), ("finetuned", finetuned_heldout), ("baseline", baseline_heldout)):
         for k, rate in enumerate(held):
             values[f"{arm}/seed{k}/success_heldout"] = rate

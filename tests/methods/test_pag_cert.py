@@ -14,10 +14,10 @@ from torch import nn
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
 from models.base import ValidationError  # noqa: E402
+from models.common.lightning import set_threads  # noqa: E402
 from models.pag_cert import SPEC  # noqa: E402
 from models.pag_cert import algorithm as alg  # noqa: E402
 from models.pag_cert import data as images  # noqa: E402
-from models.common.lightning import set_threads  # noqa: E402
 
 set_threads()  # PAPERLINE_THREADS: tiny tensor ops crawl when OpenMP threads outnumber free cores
 
@@ -80,7 +80,7 @@ def test_bound_is_min_rob_above_kappa_and_non_decreasing():
     np.testing.assert_array_equal(bounds, brute)
     assert np.all(bounds[1:] >= bounds[:-1])
     # no sample lies in a certified counterexample region {rob < M(kappa), conf >= kappa}
-    for k in kappas[:: 10]:
+    for k in kappas[::10]:
         assert not np.any((conf >= k) & (rob < cert.bound(np.array([k]))[0]))
 
 
@@ -112,7 +112,9 @@ def test_mapping_is_never_used_above_kappa_max():
     assert np.any(cert.bound(test_conf[above]) > m_top)
     # ...but that bound is never used, and for every kappa <= kappa_max they are not counterexamples
     held_edge = alg.HeldOut.of(test_conf, edge)
-    assert alg.relative_error(cert, held_edge) == pytest.approx(alg.relative_error(cert, alg.HeldOut.of(test_conf, safe)))
+    assert alg.relative_error(cert, held_edge) == pytest.approx(
+        alg.relative_error(cert, alg.HeldOut.of(test_conf, safe))
+    )
     assert alg.counterexamples(cert, held_edge) == alg.counterexamples(cert, alg.HeldOut.of(test_conf, safe))
     assert 0.0 <= alg.relative_error(cert, held_edge) <= 1.0
 
@@ -295,9 +297,15 @@ def test_smoke_pipeline(tmp_path):
     assert result.sane, result.sanity
     assert {"samples", "linear_d64/rel_err_median", "mlp_pgd/pass_rate"} <= set(result.figures)
     assert result.statement and result.verdict in ("holds", "fails", "inconclusive")
-    assert [c.name for c in result.criteria] == ["linear_d256_pass_rate", "linear_d256_rel_err_median", "mlp_pgd_pass_rate"]
+    assert [c.name for c in result.criteria] == [
+        "linear_d256_pass_rate",
+        "linear_d256_rel_err_median",
+        "mlp_pgd_pass_rate",
+    ]
     rate = result.criterion("linear_d256_pass_rate")  # 2 smoke runs: a Clopper-Pearson interval over 2 trials
-    assert rate.n_units == 2 and rate.interval == "clopper-pearson" and rate.estimate == v["method/linear_d256/pass_rate"]
+    assert (
+        rate.n_units == 2 and rate.interval == "clopper-pearson" and rate.estimate == v["method/linear_d256/pass_rate"]
+    )
     runs = [v[f"method/linear_d256/run{r}/rel_err"] for r in range(2)]
     assert result.criterion("linear_d256_rel_err_median").estimate == pytest.approx(np.median(runs))
     assert len(metrics.figures) == 3 and all(p.is_file() and p.suffix == ".png" for p in metrics.figures)
@@ -313,8 +321,14 @@ def hand_built_metrics(rel_errors: dict[str, list[float]]):
     from models.base import Metrics
 
     eps = SPEC.make_config("default").guarantee.epsilon
-    values = {"method/samples": 14_953.0, "baseline/samples": 299.0, "check/linear_flip_errors": 0.0,
-              "check/linear_pgd_below_exact": 0.0, "check/linear_ibp_above_exact": 0.0, "check/mlp_ibp_above_pgd": 0.0}
+    values = {
+        "method/samples": 14_953.0,
+        "baseline/samples": 299.0,
+        "check/linear_flip_errors": 0.0,
+        "check/linear_pgd_below_exact": 0.0,
+        "check/linear_ibp_above_exact": 0.0,
+        "check/mlp_ibp_above_pgd": 0.0,
+    }
     for setting, errors in rel_errors.items():
         for label, scale in (("method", 1.0), ("baseline", 10.0)):  # the control: 10x the error
             rel = np.minimum(np.array(errors) * scale, 1.0)
@@ -334,11 +348,20 @@ def test_claim_criteria_are_intervals_over_certification_runs():
     eps = cfg.guarantee.epsilon
     assert cfg.sampling.repetitions == 20 and cfg.mlp.repetitions == 10
     good = [0.005 * (1 + r % 4) for r in range(20)]  # all <= eps / 2 = 0.025: every run passes
-    result = SPEC.module().claim(cfg, hand_built_metrics(
-        {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": good[:10], "mlp_ibp": good[:10]}))
+    result = SPEC.module().claim(
+        cfg,
+        hand_built_metrics(
+            {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": good[:10], "mlp_ibp": good[:10]}
+        ),
+    )
     assert result.sane, result.sanity
-    assert {c.name for c in result.criteria} == {"linear_d256_pass_rate", "linear_d256_rel_err_median",
-                                                "linear_d1024_pass_rate", "linear_d1024_rel_err_median", "mlp_pgd_pass_rate"}
+    assert {c.name for c in result.criteria} == {
+        "linear_d256_pass_rate",
+        "linear_d256_rel_err_median",
+        "linear_d1024_pass_rate",
+        "linear_d1024_rel_err_median",
+        "mlp_pgd_pass_rate",
+    }
     median = result.criterion("linear_d1024_rel_err_median")
     assert median.estimate == pytest.approx(0.0125) and median.high <= 0.02 and median.state == "holds"
     # 20/20 passing runs: the pass probability's 95 % interval [0.83, 1] straddles 0.95, so it stays open.
@@ -348,15 +371,29 @@ def test_claim_criteria_are_intervals_over_certification_runs():
 
     # Run errors spread around eps / 2 (median 0.025 exactly): the median criterion straddles its threshold.
     around = [0.015, 0.035] * 10
-    result = SPEC.module().claim(cfg, hand_built_metrics(
-        {"linear_d64": good, "linear_d256": around, "linear_d1024": good, "mlp_pgd": good[:10], "mlp_ibp": good[:10]}))
+    result = SPEC.module().claim(
+        cfg,
+        hand_built_metrics(
+            {
+                "linear_d64": good,
+                "linear_d256": around,
+                "linear_d1024": good,
+                "mlp_pgd": good[:10],
+                "mlp_ibp": good[:10],
+            }
+        ),
+    )
     median = result.criterion("linear_d256_rel_err_median")
     assert median.low < eps / 2 < median.high and median.state == "inconclusive"
 
     # The MLP-PGD certificate failing in 8 of 10 runs: the pass rate's interval lies below 0.9, so the claim fails.
     failing = [0.2] * 8 + [0.01] * 2
-    result = SPEC.module().claim(cfg, hand_built_metrics(
-        {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": failing, "mlp_ibp": good[:10]}))
+    result = SPEC.module().claim(
+        cfg,
+        hand_built_metrics(
+            {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": failing, "mlp_ibp": good[:10]}
+        ),
+    )
     mlp = result.criterion("mlp_pgd_pass_rate")
     assert mlp.estimate == pytest.approx(0.2) and mlp.high < 0.9 and mlp.state == "fails"
     assert result.verdict == "fails"

@@ -13,7 +13,7 @@ from scipy import integrate, stats
 
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
-from models.base import ValidationError  # noqa: E402
+from models.base import Metrics, ValidationError  # noqa: E402
 from models.ppd_snr import SPEC  # noqa: E402
 from models.ppd_snr import algorithm as alg  # noqa: E402
 from models.ppd_snr.config import Config  # noqa: E402
@@ -25,8 +25,9 @@ torch.set_num_threads(1)
 def _data(d, m, shift, n=20, sigma=1.0, sigma0=1.0, seed=0) -> GaussianData:
     rng = np.random.default_rng(seed)
     z = sigma0 * rng.standard_normal(d)
-    return GaussianData(z + sigma * rng.standard_normal((n, d)), z + shift + sigma * rng.standard_normal((m, d)),
-                        sigma, sigma0, shift)
+    return GaussianData(
+        z + sigma * rng.standard_normal((n, d)), z + shift + sigma * rng.standard_normal((m, d)), sigma, sigma0, shift
+    )
 
 
 def _log_normal(x, mean, sd):
@@ -46,7 +47,9 @@ def test_log_ppd_equals_the_gaussian_marginal_of_the_test_set():
     data = _data(d=3, m=4, shift=0.4, n=5, sigma=0.7, sigma0=1.3)
     p = alg.make_problem(data)
     cov = data.sigma**2 * np.eye(4) + p.post_var * np.ones((4, 4))
-    reference = sum(stats.multivariate_normal(np.full(4, p.post_mean[k]), cov).logpdf(data.x_test[:, k]) for k in range(3))
+    reference = sum(
+        stats.multivariate_normal(np.full(4, p.post_mean[k]), cov).logpdf(data.x_test[:, k]) for k in range(3)
+    )
     assert alg.log_ppd(p) == pytest.approx(reference, abs=1e-10)
 
 
@@ -64,9 +67,17 @@ def test_log_ppd_delta_and_moments_match_quadrature_in_one_dimension():
         return math.exp(-0.5 * ((z - mu) / s) ** 2) / (math.sqrt(2 * math.pi) * s)
 
     log_ref = alg.log_ppd(p)  # integrate the ratio to the reference so the integrand is O(1)
-    moments = [integrate.quad(lambda z, k=k: q(z) * math.exp(k * (log_lik(z) - log_ref)),
-                              mu - 12 * s, mu + 12 * s, points=[p.test_mean[0]], epsabs=1e-13, epsrel=1e-12)[0]
-               for k in (1, 2, 3)]
+    moments = [
+        integrate.quad(
+            lambda z, k=k: q(z) * math.exp(k * (log_lik(z) - log_ref)),
+            mu - 12 * s,
+            mu + 12 * s,
+            points=[p.test_mean[0]],
+            epsabs=1e-13,
+            epsrel=1e-12,
+        )[0]
+        for k in (1, 2, 3)
+    ]
     assert math.log(moments[0]) == pytest.approx(0.0, abs=1e-6)  # log p(D*|D) exact
     assert alg.delta(p) == pytest.approx(math.log(moments[1]) - 2 * math.log(moments[0]), abs=1e-6)
     assert alg.log_normalised_moment(p, 3) == pytest.approx(math.log(moments[2]), abs=1e-6)
@@ -140,7 +151,9 @@ def test_is_weights_of_a_learned_like_proposal_have_the_closed_form_second_momen
 def test_empirical_snr_matches_theory_at_high_snr():
     p = alg.make_problem(_data(d=5, m=10, shift=0.2, n=100, seed=4))
     k, repeats = 10, 20_000
-    ratio = torch.exp(alg.log_mean_exp(alg.WeightSampler(p).matrix(repeats, k, _gen(2), 1 << 16)) - alg.log_ppd(p)).numpy()
+    ratio = torch.exp(
+        alg.log_mean_exp(alg.WeightSampler(p).matrix(repeats, k, _gen(2), 1 << 16)) - alg.log_ppd(p)
+    ).numpy()
     theory = alg.snr_theory(alg.delta(p), k)
     rel_se = alg.snr_estimate_rel_se(p, k, repeats)
     assert theory > 2 and rel_se < 0.02
@@ -175,7 +188,7 @@ def test_running_estimates_are_log_mean_exp_of_prefixes():
         used = 0
 
         def draw(self, count, generator):
-            out = stream[self.used:self.used + count]
+            out = stream[self.used : self.used + count]
             self.used += count
             return out
 
@@ -223,9 +236,15 @@ def test_elbo_fit_moves_the_proposal_to_r_star():
 
 
 def test_config_rejects_bad_values():
-    for override in ({"data.sweep_d": [5, 1]}, {"proposal.proxies": ["chi2"]}, {"data.sigma": 0.0},
-                     {"data.estimate_settings": [{"d": 1, "m": 1, "shift": 0.0}, {"d": 1, "m": 1, "shift": 0.0}]},
-                     {"data.user_npz": "../x.npz"}, {"data.user_npz": "/etc/x.npz"}, {"snr_repeats": 1}):
+    for override in (
+        {"data.sweep_d": [5, 1]},
+        {"proposal.proxies": ["chi2"]},
+        {"data.sigma": 0.0},
+        {"data.estimate_settings": [{"d": 1, "m": 1, "shift": 0.0}, {"d": 1, "m": 1, "shift": 0.0}]},
+        {"data.user_npz": "../x.npz"},
+        {"data.user_npz": "/etc/x.npz"},
+        {"snr_repeats": 1},
+    ):
         with pytest.raises(ValidationError):
             Config.for_scale("smoke", override)
 
@@ -287,10 +306,9 @@ def test_smoke_pipeline_end_to_end(tmp_path):
 # ----------------------------------------------------------------------------- claim from hand-built metrics
 
 
-def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> "Metrics":
+def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> Metrics:
     """Every key claim() reads: Delta = d + m + 10 shift (SNR = 100 minus it) on every sweep point, each replicate's
     Delta scaled by 1 +- step_noise (alternating), plus the hardest setting's repeats."""
-    from models.base import Metrics
     from models.ppd_snr.data import tag
     from models.ppd_snr.pipeline import sweep_axes
 
@@ -307,10 +325,22 @@ def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> "Metrics":
             v[f"{variant}/repeat{j}/err_hardest"] = err
         v[f"{variant}/err_hardest"] = float(np.mean(errors))
         v[f"{variant}/max_abs_err_hardest"] = float(np.max(np.abs(errors)))
-    v.update({f"problem/delta_{hard}": 40.0, "problem/delta_hardest": 40.0, f"baseline/samples_{hard}": 2000.0,
-              "baseline/sweep_err_Kmax": -20.0, f"method/ess_frac_{hard}": 0.9, "snr/max_rel_dev": 0.02,
-              "snr/checked": 3.0, "snr/max_rel_se": 0.02, "baseline/err_max_z": 0.0, "check/optimal_logw_spread": 0.0,
-              "check/optimal_abs_err": 0.0, "check/delta_expfam_max_rel_err": 0.0})
+    v.update(
+        {
+            f"problem/delta_{hard}": 40.0,
+            "problem/delta_hardest": 40.0,
+            f"baseline/samples_{hard}": 2000.0,
+            "baseline/sweep_err_Kmax": -20.0,
+            f"method/ess_frac_{hard}": 0.9,
+            "snr/max_rel_dev": 0.02,
+            "snr/checked": 3.0,
+            "snr/max_rel_se": 0.02,
+            "baseline/err_max_z": 0.0,
+            "check/optimal_logw_spread": 0.0,
+            "check/optimal_abs_err": 0.0,
+            "check/delta_expfam_max_rel_err": 0.0,
+        }
+    )
     return Metrics(v)
 
 
@@ -324,7 +354,9 @@ def test_claim_holds_when_every_interval_clears_its_threshold():
     result = claim(_claim_cfg(), _claim_metrics(_claim_cfg(), [-80.0, -75.0, -90.0, -85.0], [0.01, -0.02, 0.0, 0.01]))
     assert len(result.criteria) == 9 and result.verdict == "holds", [c.describe() for c in result.criteria]
     delta = result.criterion("delta_increases_m")
-    assert delta.estimate == pytest.approx(40.0) and delta.low == delta.high == pytest.approx(40.0)  # identical replicates
+    assert delta.estimate == pytest.approx(40.0) and delta.low == delta.high == pytest.approx(
+        40.0
+    )  # identical replicates
     mc = result.criterion("mc_err_hardest")
     assert mc.estimate == pytest.approx(-82.5) and mc.high < -50 and mc.n_units == 4
 

@@ -123,6 +123,7 @@ def test_so3_density_integrates_to_one_against_the_haar_measure():
 def _gaussian_energy(mean: float, std: float):
     def energy(x):
         return ((x - mean) ** 2).flatten(1).sum(1) / (2 * std**2), (x - mean) / std**2
+
     return energy
 
 
@@ -136,8 +137,16 @@ def test_snis_with_exact_proposal_has_unit_ess():
 def test_smc_with_equal_source_and_target_keeps_weights_and_reaches_t1():
     x = torch.randn(64, 2, 3, dtype=torch.float64)
     energy = _gaussian_energy(0.0, 1.0)
-    result = alg.smc(x, energy, energy, steps=7, eps=0.5, ess_threshold=0.5, metropolis=False,
-                     generator=torch.Generator().manual_seed(0))
+    result = alg.smc(
+        x,
+        energy,
+        energy,
+        steps=7,
+        eps=0.5,
+        ess_threshold=0.5,
+        metropolis=False,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert result.trace["ess"] == pytest.approx([1.0] * 7, abs=1e-12)
     assert result.n_resampling == 0 and result.ess_final == pytest.approx(1.0)
     assert result.trace["t"][-1] == 1.0 and np.diff([0.0] + result.trace["t"]).sum() == pytest.approx(1.0)
@@ -213,8 +222,9 @@ def test_openmm_energy_is_finite_negative_and_forces_are_its_gradient():
     energy = data_mod.OpenMMEnergy(topology, "amber99sbildn_obc")
     import openmm
 
-    context = data_mod.make_context(data_mod.create_system(topology, "amber99sbildn_obc"),
-                                    openmm.VerletIntegrator(0.001), "Reference")
+    context = data_mod.make_context(
+        data_mod.create_system(topology, "amber99sbildn_obc"), openmm.VerletIntegrator(0.001), "Reference"
+    )
     context.setPositions(xyz)
     openmm.LocalEnergyMinimizer.minimize(context, 1.0, 200)
     x = np.asarray(context.getState(getPositions=True).getPositions(asNumpy=True)._value)
@@ -222,7 +232,9 @@ def test_openmm_energy_is_finite_negative_and_forces_are_its_gradient():
     assert np.isfinite(e).all() and -100 < e[0] < 0  # tens of kT below zero
     direction = np.random.default_rng(0).normal(size=x.shape)
     h = 1e-5
-    numeric = (energy((x + h * direction)[None], forces=False)[0] - energy((x - h * direction)[None], forces=False)[0]) / (2 * h)
+    numeric = (
+        energy((x + h * direction)[None], forces=False)[0] - energy((x - h * direction)[None], forces=False)[0]
+    ) / (2 * h)
     assert numeric[0] == pytest.approx(-(f[0] * direction).sum(), rel=1e-4)
     nan = energy(np.full((1, *x.shape), np.nan))[0]
     assert nan[0] == np.inf
@@ -274,7 +286,9 @@ def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
     user = tmp_path / "data" / "raw"
     user.mkdir(parents=True)
     (user / "aldp.pdb").write_text(data_mod.pdb_text(topology, xyz))
-    np.save(user / "aldp.npy", (xyz[None] + 0.003 * np.random.default_rng(0).normal(size=(6, 22, 3))).astype(np.float32))
+    np.save(
+        user / "aldp.npy", (xyz[None] + 0.003 * np.random.default_rng(0).normal(size=(6, 22, 3))).astype(np.float32)
+    )
     cfg = SPEC.make_config("smoke", {"data.user_trajectory": "raw/aldp.npy", "data.user_topology": "raw/aldp.pdb"})
     ref = steps.prepare(SPEC, cfg, tmp_path)
     assert {"aldp/coordinates.npy", "user/coordinates.npy", "user/topology.pdb"} <= set(ref.files)
@@ -312,10 +326,21 @@ def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis):
     from models.base import Metrics
 
     cfg = SPEC.make_config("default")
-    v = {"check/invert_max_abs": 0.0, "check/logdet_max_abs_err": 0.0, "check/md_energies_finite": 1.0,
-         "baseline/ess": 0.5, "method/ess_final": 0.5, "method/energy_mean": -20.0, "baseline/energy_mean": -10.0,
-         "method/torus_w2": 1.0, "baseline/torus_w2": 1.0, "proposal/energy_median": 0.0, "md/energy_mean": -23.0,
-         "baseline/unique_fraction": 0.1, "method/unique_fraction": 0.1}
+    v = {
+        "check/invert_max_abs": 0.0,
+        "check/logdet_max_abs_err": 0.0,
+        "check/md_energies_finite": 1.0,
+        "baseline/ess": 0.5,
+        "method/ess_final": 0.5,
+        "method/energy_mean": -20.0,
+        "baseline/energy_mean": -10.0,
+        "method/torus_w2": 1.0,
+        "baseline/torus_w2": 1.0,
+        "proposal/energy_median": 0.0,
+        "md/energy_mean": -23.0,
+        "baseline/unique_fraction": 0.1,
+        "method/unique_fraction": 0.1,
+    }
     for k in range(cfg.sampler.n_seeds):
         seed = cfg.seed + k
         v[f"method/energy_w2_seed{seed}"], v[f"baseline/energy_w2_seed{seed}"] = w2_smc[k], w2_snis[k]

@@ -118,8 +118,11 @@ def test_fusion_ema_follows_the_official_trainer_schedule():
     the ``ema`` copy the module validates with; batches without an optimiser step leave it alone."""
     from types import SimpleNamespace
 
-    module = FusionTraining(ScoreFusion(SLICE, FUSION), SCHEDULE,
-                            FusionTrainConfig(steps=1, batch_size=2, ema=0.995, ema_start=2000, ema_every=10))
+    module = FusionTraining(
+        ScoreFusion(SLICE, FUSION),
+        SCHEDULE,
+        FusionTrainConfig(steps=1, batch_size=2, ema=0.995, ema_start=2000, ema_every=10),
+    )
     (ema,) = module.configure_callbacks()
     ema.on_fit_start(None, module)
     trainer = SimpleNamespace(global_step=0)
@@ -222,7 +225,7 @@ def test_self_consistent_sampling_reproduces_the_low_resolution_input():
     for sm in slices.slices:
         perturbed(sm)
     x_T = torch.randn(2, 1, 4, 6, 8)
-    fn = lambda x, t: slices.merge(x, cond, t)  # noqa: E731
+    fn = lambda x, t: slices.merge(x, cond, t)
     with torch.no_grad():
         on = sample(fn, SCHEDULE, x_T, 5, self_consistency=True, pool=2)
         off = sample(fn, SCHEDULE, x_T, 5, self_consistency=False, pool=2)
@@ -260,7 +263,10 @@ def ssim_brute_force(x: np.ndarray, y: np.ndarray, win: int) -> float:
     for i in range(x.shape[0] - win + 1):
         for j in range(x.shape[1] - win + 1):
             for k in range(x.shape[2] - win + 1):
-                p, q = a[i:i + win, j:j + win, k:k + win].ravel(), b[i:i + win, j:j + win, k:k + win].ravel()
+                p, q = (
+                    a[i : i + win, j : j + win, k : k + win].ravel(),
+                    b[i : i + win, j : j + win, k : k + win].ravel(),
+                )
                 ux, uy = p.mean(), q.mean()
                 vx, vy, vxy = p.var(ddof=1), q.var(ddof=1), np.cov(p, q, ddof=1)[0, 1]
                 vals.append((2 * ux * uy + c1) * (2 * vxy + c2) / ((ux**2 + uy**2 + c1) * (vx + vy + c2)))
@@ -331,8 +337,13 @@ def test_nifti_loader_crops_normalises_and_orders_like_dataset_brats(tmp_path):
 
 def test_config_rejects_bad_settings():
     Config.for_scale("paper")  # the paper's setting validates
-    for overrides in ({"data.shape": (15, 16, 16)}, {"eval.tpdm_probs": (0.5, 0.5, 0.5)},
-                      {"eval.sample_volumes": 17}, {"data.nifti_dir": "../outside"}, {"slice_net.arch": "mlp"}):
+    for overrides in (
+        {"data.shape": (15, 16, 16)},
+        {"eval.tpdm_probs": (0.5, 0.5, 0.5)},
+        {"eval.sample_volumes": 17},
+        {"data.nifti_dir": "../outside"},
+        {"slice_net.arch": "mlp"},
+    ):
         with pytest.raises((ValidationError, ValueError)):
             Config.for_scale("default", overrides)
 
@@ -358,20 +369,29 @@ def test_smoke_pipeline_meets_the_contract(tmp_path):
     assert isinstance(metrics, Metrics) and isinstance(result, ClaimResult)
     assert SPEC.primary_metric in metrics.values and not metrics.non_finite()
     assert not any(k.startswith(("eval/", "train/")) for k in metrics.values)
-    assert any(k.startswith("method/") for k in metrics.values) and any(k.startswith("baseline/") for k in metrics.values)
-    assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 and f.parent == layout.plots_dir
-                                   for f in metrics.figures)
+    assert any(k.startswith("method/") for k in metrics.values) and any(
+        k.startswith("baseline/") for k in metrics.values
+    )
+    assert metrics.figures and all(
+        f.suffix == ".png" and f.stat().st_size > 1000 and f.parent == layout.plots_dir for f in metrics.figures
+    )
     assert result.statement and result.figures and result.verdict in ("holds", "fails", "inconclusive")
     assert [c.name for c in result.criteria] == ["eps_mse_ratio", "psnr_gain_db"]
     ratio, gain = result.criterion("eps_mse_ratio"), result.criterion("psnr_gain_db")
     # Equal t points per volume: the ratio of per-volume means is the pooled ratio; one sampled volume at smoke.
     assert ratio.estimate == pytest.approx(result.figures["eps_mse_ratio"]) and ratio.n_units == cfg.data.n_test
     assert ratio.interval == "bootstrap" and ratio.low <= ratio.estimate <= ratio.high
-    assert gain.estimate == pytest.approx(result.figures["psnr_gain_db"]) and gain.n_units == cfg.eval.sample_volumes == 1
+    assert (
+        gain.estimate == pytest.approx(result.figures["psnr_gain_db"]) and gain.n_units == cfg.eval.sample_volumes == 1
+    )
     assert gain.state == "inconclusive" and math.isinf(gain.high)  # one unit: an infinite interval
     assert result.sane, result.sanity  # the must-pass checks hold at any scale
-    assert {"fusion_at_init_equals_merge", "fusion_weights_sum_to_one", "self_consistency_pool_reproduces_lr",
-            "finite_metrics"} <= set(result.sanity)
+    assert {
+        "fusion_at_init_equals_merge",
+        "fusion_weights_sum_to_one",
+        "self_consistency_pool_reproduces_lr",
+        "finite_metrics",
+    } <= set(result.sanity)
     assert metrics.values["method/init_gap"] == 0.0
     on_disk = json.loads(layout.claim_file.read_text())
     assert on_disk["verdict"] == result.verdict and on_disk["figures"].keys() == result.figures.keys()
@@ -386,15 +406,25 @@ def test_smoke_pipeline_meets_the_contract(tmp_path):
 def _claim_of(eps_fusion, eps_merge, psnr_fusion, psnr_merge):
     """claim() on hand-built per-volume metrics (the must-pass figures set to passing values)."""
     cfg = Config.for_scale("default")
-    v = {"method/init_gap": 0.0, "method/weight_sum_err": 0.0, "method/slice_roundtrip_err": 0.0,
-         "method/pool_residual_max": 0.0, "reference/eps_mse_gaussian_prior": 10.0,
-         "method/eps_mse_diff_stderr": 0.0, "method/psnr_diff_stderr": 0.0}
+    v = {
+        "method/init_gap": 0.0,
+        "method/weight_sum_err": 0.0,
+        "method/slice_roundtrip_err": 0.0,
+        "method/pool_residual_max": 0.0,
+        "reference/eps_mse_gaussian_prior": 10.0,
+        "method/eps_mse_diff_stderr": 0.0,
+        "method/psnr_diff_stderr": 0.0,
+    }
     for i, (f, m) in enumerate(zip(eps_fusion, eps_merge)):
         v[f"method/volume{i}_eps_mse"], v[f"baseline/volume{i}_eps_mse"] = f, m
     for i, (f, m) in enumerate(zip(psnr_fusion, psnr_merge)):
         v[f"method/volume{i}_psnr"], v[f"baseline/volume{i}_psnr"] = f, m
-    means = {"method/eps_mse": np.mean(eps_fusion), "baseline/eps_mse": np.mean(eps_merge),
-             "method/psnr": np.mean(psnr_fusion), "baseline/psnr": np.mean(psnr_merge)}
+    means = {
+        "method/eps_mse": np.mean(eps_fusion),
+        "baseline/eps_mse": np.mean(eps_merge),
+        "method/psnr": np.mean(psnr_fusion),
+        "baseline/psnr": np.mean(psnr_merge),
+    }
     for key in ("eps_mse_low_t", "ssim", "fd_err"):
         means[f"method/{key}"] = means[f"baseline/{key}"] = 1.0
     for key in ("tpdm_eps_mse", "tpdm_psnr", "tpdm_fd_err"):

@@ -301,8 +301,13 @@ def test_smoke_pipeline_outputs(tmp_path):
 
 def claim_metrics(sdcib_acc, last_layer_acc, kmeans_acc) -> Metrics:
     """The metric keys claim() reads, with the given per-seed ACCs for the three arms."""
-    values = {"check/labels_in_range": 1.0, "method/max_abs_loss": 3.0, "baseline/max_abs_loss": 2.0,
-              "method/cluster_entropy": 0.99, "method/acc_train_mode": 0.5}
+    values = {
+        "check/labels_in_range": 1.0,
+        "method/max_abs_loss": 3.0,
+        "baseline/max_abs_loss": 2.0,
+        "method/cluster_entropy": 0.99,
+        "method/acc_train_mode": 0.5,
+    }
     for prefix, accs in (("method", sdcib_acc), ("baseline", last_layer_acc), ("baseline_kmeans", kmeans_acc)):
         for k, acc in enumerate(accs):
             values[f"{prefix}/seed{k}/acc"] = acc

@@ -153,8 +153,12 @@ def test_demonstrations_reach_a_grasp_point_with_the_objects_axes():
         R_final = axes_to_matrix(final[:, 3:6].astype(np.float64), final[:, 6:9].astype(np.float64))
         R_goal = axes_to_matrix(s["goal_axes"][:, 0].astype(np.float64), s["goal_axes"][:, 1].astype(np.float64))
         assert rotation_angle_deg(R_final, R_goal).max() < 0.1
-        assert (s["actions"][:, -data.close_steps:, 9] == 1).all() and (s["actions"][:, :-data.close_steps, 9] == -1).all()
-        assert np.allclose(np.linalg.norm(s["goals"][:, 0] - s["goals"][:, 1], axis=1), 2 * data.grasp_offset, atol=1e-5)
+        assert (s["actions"][:, -data.close_steps :, 9] == 1).all() and (
+            s["actions"][:, : -data.close_steps, 9] == -1
+        ).all()
+        assert np.allclose(
+            np.linalg.norm(s["goals"][:, 0] - s["goals"][:, 1], axis=1), 2 * data.grasp_offset, atol=1e-5
+        )
         g = s["scene_rotation"]
         if rotation == "yaw":  # rotations about z only: the table stays upright
             assert np.allclose(g[:, 2], [0, 0, 1], atol=1e-6) and np.allclose(s["goal_axes"][:, :, 2], 0, atol=1e-6)
@@ -172,8 +176,11 @@ def test_canonicalisation_is_exactly_inverted_and_removes_translations():
     assert np.abs(decanonicalise(a64, s64["ee_pose"]) - s64["actions"]).max() < 1e-15
     assert np.all(pose[:, :3] == 0) and np.array_equal(pose[:, 3:], s["ee_pose"][:, 3:])
     shift = np.array([0.7, -0.2, 1.3], dtype=np.float32)
-    moved = canonicalise(s["points"] + shift, s["ee_pose"] + np.r_[shift, np.zeros(6, np.float32)],
-                         s["actions"] + np.r_[shift, np.zeros(7, np.float32)])
+    moved = canonicalise(
+        s["points"] + shift,
+        s["ee_pose"] + np.r_[shift, np.zeros(6, np.float32)],
+        s["actions"] + np.r_[shift, np.zeros(7, np.float32)],
+    )
     assert all(np.allclose(a, b, atol=1e-5) for a, b in zip(moved, (points, pose, actions)))
 
 
@@ -187,7 +194,7 @@ def test_one_shared_scale_commutes_with_rotations_but_per_axis_normalisation_doe
     rotated["actions"] = s["actions"].copy()
     rotated["actions"][..., :3] = ((s["actions"][..., :3] - ee) @ Rn.T + ee).astype(np.float32)
     for k in (3, 6):
-        rotated["actions"][..., k:k + 3] = (s["actions"][..., k:k + 3] @ Rn.T).astype(np.float32)
+        rotated["actions"][..., k : k + 3] = (s["actions"][..., k : k + 3] @ Rn.T).astype(np.float32)
     rp, _ = norm.observation(rotated["points"], s["ee_pose"])
     ra = norm.actions(rotated["actions"], s["ee_pose"])
     assert torch.allclose(rp, points @ R.T, atol=1e-5)
@@ -195,7 +202,7 @@ def test_one_shared_scale_commutes_with_rotations_but_per_axis_normalisation_doe
     # a per-axis min-max normaliser (Diffusion Policy's default) does not commute with R
     a = canonicalise(s["points"], s["ee_pose"], s["actions"])[2][..., :3].reshape(-1, 3)
     lo, hi = a.min(0), a.max(0)
-    per_axis = lambda x: 2 * (x - lo) / (hi - lo) - 1  # noqa: E731
+    per_axis = lambda x: 2 * (x - lo) / (hi - lo) - 1
     b = canonicalise(rotated["points"], s["ee_pose"], rotated["actions"])[2][..., :3].reshape(-1, 3)
     assert np.abs(per_axis(b) - (per_axis(a) @ Rn.T)).max() > 0.1
     assert position_scale(canonicalise(s["points"], s["ee_pose"], s["actions"])[2]) > 0
@@ -239,8 +246,11 @@ def test_robomimic_layout_loader_converts_rot6d_rows_and_windows():
         rot6d = np.concatenate([R_act[:, 0, :], R_act[:, 1, :]], 1)  # pytorch3d matrix_to_rotation_6d: rows
         actions = np.concatenate([rng.standard_normal((T, 3)), rot6d, np.sign(rng.standard_normal((T, 1)))], 1)
         tree["data"][f"demo_{i}"] = {
-            "obs": {"point_cloud": rng.standard_normal((T, 7, 6)), "robot0_eef_pos": rng.standard_normal((T, 3)),
-                    "robot0_eef_quat": q},
+            "obs": {
+                "point_cloud": rng.standard_normal((T, 7, 6)),
+                "robot0_eef_pos": rng.standard_normal((T, 3)),
+                "robot0_eef_quat": q,
+            },
             "actions": actions,
         }
         truth[i] = (R_ee, R_act, actions)
@@ -278,14 +288,17 @@ def test_irrep_conv_is_one_kernel_per_degree_shared_over_orders():
     assert torch.allclose(y[:, 0], ref0, atol=1e-6) and torch.allclose(y[:, 1:], ref1, atol=1e-6)
 
 
-@pytest.mark.parametrize("layer", [
-    lambda: IrrepConv1d(6, 5, 5),
-    lambda: IrrepRMSNorm(6),
-    lambda: GateActivation(6),
-    lambda: IrrepConvBlock(6, 5, 5),
-    lambda: IrrepConvBlock(6, 6, 3, norm=False, scale=0.5),
-    lambda: IrrepConvBlock(6, 6, 3, norm=False, scale=2.0),
-])
+@pytest.mark.parametrize(
+    "layer",
+    [
+        lambda: IrrepConv1d(6, 5, 5),
+        lambda: IrrepRMSNorm(6),
+        lambda: GateActivation(6),
+        lambda: IrrepConvBlock(6, 5, 5),
+        lambda: IrrepConvBlock(6, 6, 3, norm=False, scale=0.5),
+        lambda: IrrepConvBlock(6, 6, 3, norm=False, scale=2.0),
+    ],
+)
 def test_every_irreps_layer_commutes_with_rotations(layer):
     net = layer()
     with torch.no_grad():
@@ -329,7 +342,9 @@ def test_irrep_linear_and_rms_norm_values():
     norm = IrrepRMSNorm(6)
     z = norm(torch.randn(3, 4, 6, 5) * 7)
     ms = 0.5 * (z[:, 0].pow(2).mean(1) + z[:, 1:].pow(2).sum(1).mean(1) / 3)
-    assert torch.allclose(ms, torch.ones_like(ms), atol=1e-4) and torch.allclose(z[:, 0].mean(1), torch.zeros(3, 5), atol=1e-5)
+    assert torch.allclose(ms, torch.ones_like(ms), atol=1e-4) and torch.allclose(
+        z[:, 0].mean(1), torch.zeros(3, 5), atol=1e-5
+    )
 
 
 # ----------------------------------------------------------------------------- whole policies
@@ -383,7 +398,7 @@ def test_success_metric_accepts_either_grasp_and_rejects_offsets():
     assert ok["success"].all() and np.array_equal(ok["grasp"], s["mode"]) and ok["gripper_closed"].all()
     other = demo.copy()
     n = np.arange(20)
-    other[:, -1, :3] = (s["goals"][n, 1 - s["mode"]] - s["ee_pose"][:, :3])
+    other[:, -1, :3] = s["goals"][n, 1 - s["mode"]] - s["ee_pose"][:, :3]
     assert success_metrics(other, s, 0.05, 15)["success"].all()  # the other grasp point counts too
     shifted = demo.copy()
     shifted[:, -1, 0] += 0.06
@@ -461,10 +476,16 @@ def test_smoke_pipeline(tmp_path):
 
 def _claim_metrics(sdp=(0.915, 0.895), dp=(0.67, 0.015), film=None) -> Metrics:
     """Hand-built evaluation numbers (yaw, SO(3) success per policy; the default run's by default), sane checks."""
-    values = {"method/equivariance_error": 6e-7, "method/equivariance_error_untrained": 5e-7,
-              "method/policy_equivariance_error": 1e-6, "method/policy_equivariance_error_clip_sample": 0.2,
-              "baseline/equivariance_error": 0.9, "method_film/equivariance_error": 6e-7,
-              "oracle/demo_success_yaw": 1.0, "oracle/demo_success_so3": 1.0}
+    values = {
+        "method/equivariance_error": 6e-7,
+        "method/equivariance_error_untrained": 5e-7,
+        "method/policy_equivariance_error": 1e-6,
+        "method/policy_equivariance_error_clip_sample": 0.2,
+        "baseline/equivariance_error": 0.9,
+        "method_film/equivariance_error": 6e-7,
+        "oracle/demo_success_yaw": 1.0,
+        "oracle/demo_success_so3": 1.0,
+    }
     for prefix, (yaw, so3) in (("method", sdp), ("baseline", dp), ("method_film", film or (0.0, 0.0))):
         values.update({f"{prefix}/success_yaw": yaw, f"{prefix}/success_so3": so3})
     return Metrics(values)
@@ -491,7 +512,11 @@ def test_claim_criteria_with_one_training_seed():
     # With the ablation, SFiLM vs flat FiLM on SO(3) joins as a third criterion over the same seed.
     ablated = claim(cfg.model_copy(update={"film_ablation": True}), _claim_metrics(film=(0.9, 0.5)))
     sfilm = ablated.criterion("sfilm_vs_film_so3")
-    assert sfilm.estimate == pytest.approx(0.395) and sfilm.state == "inconclusive" and ablated.figures["film_success_so3"] == 0.5
+    assert (
+        sfilm.estimate == pytest.approx(0.395)
+        and sfilm.state == "inconclusive"
+        and ablated.figures["film_success_so3"] == 0.5
+    )
 
 
 def test_robomimic_hdf5_file_round_trip(tmp_path):

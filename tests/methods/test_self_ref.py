@@ -50,7 +50,9 @@ def _answers(correct, text=None):
 def test_confidence_tokens_are_single_new_tokens_at_the_mean_embedding():
     base, tok = _base()
     cfg = Config()
-    model, tok2, params, masks = P.with_adapters(base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), cfg, seed=0)
+    model, tok2, params, masks = P.with_adapters(
+        base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), cfg, seed=0
+    )
     cn, un = tok2.id(CONFIDENT), tok2.id(UNCONFIDENT)
     assert (cn, un) == (len(tok), len(tok) + 1)
     assert tok2.encode("12+3=51" + CONFIDENT)[-1] == cn  # one token, not "<", "C", "N", ">"
@@ -105,8 +107,12 @@ def test_base_soft_targets_are_the_base_next_token_distributions():
 
 
 def test_baseline_data_builders():
-    records = [{"prompt": "1+1=", "answer": "2", "group": "a"}, {"prompt": "9*9=", "answer": "81", "group": "b"},
-               {"prompt": "2+2=", "answer": "4", "group": "a"}, {"prompt": "8*9=", "answer": "72", "group": "b"}]
+    records = [
+        {"prompt": "1+1=", "answer": "2", "group": "a"},
+        {"prompt": "9*9=", "answer": "81", "group": "b"},
+        {"prompt": "2+2=", "answer": "4", "group": "a"},
+        {"prompt": "8*9=", "answer": "72", "group": "b"},
+    ]
     base = _answers([1, 0, 1, 1], ["2", "11", "4", "27"])
     mix = P.selfref_data(make_tokenizer(), records, base, Config(), np.random.default_rng(0))
     recs, answers, suffixes, weights = P.finetuned_logits_data(records, base, mix)
@@ -191,19 +197,26 @@ def test_questions_have_the_configured_widths_and_answers():
     held_out = [r["prompt"] for r in records if r["split"] != "A"]
     assert len(set(held_out)) == len(held_out) and not set(held_out) & {r["prompt"] for r in splits["A"]}
     with pytest.raises(ValueError, match="n_c=150"):  # 1-digit questions: 200 exist, A takes most of them
-        make_questions(DataConfig(max_add_width=1, max_mul_width=1, n_a=300, n_b=10, n_v=10, n_c=150, n_u=10),
-                       np.random.default_rng(0))
-    overlapping = make_questions(DataConfig(n_a=300, n_b=20, n_v=20, n_c=50, n_u=40, held_out_distinct=False),
-                                 np.random.default_rng(0))  # the pre-fix sampler, kept for smoke
-    assert {r["prompt"] for r in overlapping if r["split"] == "C"} & {r["prompt"] for r in overlapping if r["split"] == "A"}
+        make_questions(
+            DataConfig(max_add_width=1, max_mul_width=1, n_a=300, n_b=10, n_v=10, n_c=150, n_u=10),
+            np.random.default_rng(0),
+        )
+    overlapping = make_questions(
+        DataConfig(n_a=300, n_b=20, n_v=20, n_c=50, n_u=40, held_out_distinct=False), np.random.default_rng(0)
+    )  # the pre-fix sampler, kept for smoke
+    assert {r["prompt"] for r in overlapping if r["split"] == "C"} & {
+        r["prompt"] for r in overlapping if r["split"] == "A"
+    }
 
 
 def test_jsonl_loader_reads_gsm8k_style_answers(tmp_path):
     tok = make_tokenizer()
     path = tmp_path / "qa.jsonl"
     path.write_text(
-        json.dumps({"question": "12+30", "answer": "12 plus 30 is 42\n#### 42", "split": "C"}) + "\n"
-        + json.dumps({"prompt": "7*6=", "answer": "1,042", "large_correct": False}) + "\n"
+        json.dumps({"question": "12+30", "answer": "12 plus 30 is 42\n#### 42", "split": "C"})
+        + "\n"
+        + json.dumps({"prompt": "7*6=", "answer": "1,042", "large_correct": False})
+        + "\n"
     )
     records = load_questions_jsonl(path, tok, 0.9, seed=0)
     assert records[0]["prompt"] == "12+30=" and records[0]["answer"] == "42" and records[0]["split"] == "C"
@@ -248,7 +261,9 @@ def test_smoke_pipeline(tmp_path):
 
     cfg = SPEC.make_config("smoke")
     ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert {"small_lm/config.json", "small_lm/model.safetensors", "small_lm/vocab.json", "questions.jsonl"} <= set(ref.files)
+    assert {"small_lm/config.json", "small_lm/model.safetensors", "small_lm/vocab.json", "questions.jsonl"} <= set(
+        ref.files
+    )
     artifacts = steps.train(SPEC, cfg, tmp_path)
     assert {"selfref", "finetuned_logits"} <= artifacts.history.keys()
     metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
@@ -272,14 +287,31 @@ def _claim_metrics(method_auroc, baseline_auroc, method_routing, baseline_routin
     probability (their means as the headline keys), every must-pass check passing."""
     from models.base import Metrics
 
-    v = {"random/routing_auc": 0.70, "method/acc_at_30pct_routing": 0.7, "baseline/acc_at_30pct_routing": 0.69,
-         "method/accuracy_change_pts": 0.2, "method/abstain_unanswerable": 0.5, "baseline/abstain_unanswerable": 0.4,
-         "method/confidence_min": 0.01, "method/confidence_max": 0.99, "method/routing_curve_start": 0.4,
-         "method/answer_acc": 0.4, "method/routing_curve_end": 0.95, "large/answer_acc": 0.95, "baseline/answer_acc": 0.398,
-         "random/max_deviation_from_line": 0.001, "random/deviation_tolerance": 0.01, "baseline_mean/auroc": 0.78,
-         "finetuned_logits/auroc": 0.79}
-    for name, key, series in (("method", "auroc", method_auroc), ("baseline", "auroc", baseline_auroc),
-                              ("method", "routing_auc", method_routing), ("baseline", "routing_auc", baseline_routing)):
+    v = {
+        "random/routing_auc": 0.70,
+        "method/acc_at_30pct_routing": 0.7,
+        "baseline/acc_at_30pct_routing": 0.69,
+        "method/accuracy_change_pts": 0.2,
+        "method/abstain_unanswerable": 0.5,
+        "baseline/abstain_unanswerable": 0.4,
+        "method/confidence_min": 0.01,
+        "method/confidence_max": 0.99,
+        "method/routing_curve_start": 0.4,
+        "method/answer_acc": 0.4,
+        "method/routing_curve_end": 0.95,
+        "large/answer_acc": 0.95,
+        "baseline/answer_acc": 0.398,
+        "random/max_deviation_from_line": 0.001,
+        "random/deviation_tolerance": 0.01,
+        "baseline_mean/auroc": 0.78,
+        "finetuned_logits/auroc": 0.79,
+    }
+    for name, key, series in (
+        ("method", "auroc", method_auroc),
+        ("baseline", "auroc", baseline_auroc),
+        ("method", "routing_auc", method_routing),
+        ("baseline", "routing_auc", baseline_routing),
+    ):
         v[f"{name}/{key}"] = float(np.mean(series))
         v.update({f"{name}/seed{k}/{key}": x for k, x in enumerate(series)})
     return Metrics(v)

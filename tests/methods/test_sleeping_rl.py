@@ -274,7 +274,9 @@ def test_greedy_policy_predict_and_pickle():
 def test_official_config_loader(tmp_path):
     # the repository's own format, e.g. configs/g2h10k200000prob025.json
     path = tmp_path / "g2h10k200000prob025.json"
-    path.write_text('{"grid": 2, "H": 10, "K": 200000, "no_hole_prob": 0.25, "alg_lst": ["SleUCBVI", "UCBVI"], "n_trials": 4, "n_cores": 4}\n')
+    path.write_text(
+        '{"grid": 2, "H": 10, "K": 200000, "no_hole_prob": 0.25, "alg_lst": ["SleUCBVI", "UCBVI"], "n_trials": 4, "n_cores": 4}\n'
+    )
     config = read_official_config(path)
     assert config == OfficialConfig(grid=2, horizon=10, episodes=200000, no_hole_prob=0.25)
     assert official_config_name(2, 10, 200000, 0.25) == path.name
@@ -291,7 +293,17 @@ def test_prepare_reads_official_configs(tmp_path, monkeypatch):
     configs.mkdir(parents=True)
     for g, p in [(2, 0.25), (3, 1)]:
         (configs / official_config_name(g, 10, 100000, p)).write_text(
-            json.dumps({"grid": g, "H": 10, "K": 100000, "no_hole_prob": p, "alg_lst": ["SleUCBVI", "UCBVI"], "n_trials": 4, "n_cores": 4})
+            json.dumps(
+                {
+                    "grid": g,
+                    "H": 10,
+                    "K": 100000,
+                    "no_hole_prob": p,
+                    "alg_lst": ["SleUCBVI", "UCBVI"],
+                    "n_trials": 4,
+                    "n_cores": 4,
+                }
+            )
         )
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
     cfg = SPEC.make_config("smoke", {"data.official_config_dir": "configs"})
@@ -364,8 +376,12 @@ def _claim_metrics(cfg, last10):
     values = {}
     for s in resolve_settings(cfg)[0]:
         v_star, v_agn = BRIEF_TABLE[s.grid, s.safe_prob]
-        values |= {f"reference/v_star_{s.name}": v_star, f"reference/v_agnostic_{s.name}": v_agn,
-                   f"method/policy_value_{s.name}": v_star, f"baseline/policy_value_{s.name}": v_agn}
+        values |= {
+            f"reference/v_star_{s.name}": v_star,
+            f"reference/v_agnostic_{s.name}": v_agn,
+            f"method/policy_value_{s.name}": v_star,
+            f"baseline/policy_value_{s.name}": v_agn,
+        }
         for variant, default in (("method", v_star), ("baseline", v_agn)):
             rewards = last10.get((variant, s.name), [default] * cfg.n_seeds)
             for seed, r in zip(run_seeds(cfg), rewards):
@@ -378,8 +394,12 @@ def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
     from models.sleeping_rl.pipeline import claim
 
     cfg = SPEC.make_config("default", {"n_seeds": 3})  # the t-interval needs >= 2 seeds; 3 keeps it finite and tight
-    main = {("method", "g2_p025"): [7.70, 7.72, 7.74], ("baseline", "g2_p025"): [6.22, 6.24, 6.23],
-            ("method", "g3_p05"): [5.76, 5.78, 5.80], ("baseline", "g3_p05"): [4.12, 4.14, 4.13]}
+    main = {
+        ("method", "g2_p025"): [7.70, 7.72, 7.74],
+        ("baseline", "g2_p025"): [6.22, 6.24, 6.23],
+        ("method", "g3_p05"): [5.76, 5.78, 5.80],
+        ("baseline", "g3_p05"): [4.12, 4.14, 4.13],
+    }
     result = claim(cfg, _claim_metrics(cfg, main))
     assert len(result.criteria) == 6 and result.verdict == "holds", [c.describe() for c in result.criteria]
     gap = result.criterion("gap_ratio_g2_p025")

@@ -224,8 +224,19 @@ def test_kernel_rejects_unsupported_inputs():
 
 def tiny_dit(tile=(1, 2, 2), frames=4, backend="sdpa") -> VideoDiT:
     torch.manual_seed(0)
-    net = VideoDiT(channels=3, frames=frames, size=16, patch=(1, 4, 4), dim=32, depth=2, heads=2, mlp_ratio=2.0,
-                   tile_size=tile, window=(1, 1, 1), backend=backend)
+    net = VideoDiT(
+        channels=3,
+        frames=frames,
+        size=16,
+        patch=(1, 4, 4),
+        dim=32,
+        depth=2,
+        heads=2,
+        mlp_ratio=2.0,
+        tile_size=tile,
+        window=(1, 1, 1),
+        backend=backend,
+    )
     for p in net.parameters():  # leave adaLN-Zero's identity start so that attention matters
         torch.nn.init.normal_(p, std=0.05)
     return net.eval()
@@ -345,14 +356,18 @@ def test_smoke_pipeline(smoke_run):
     v = metrics.values
     assert result.sane, result.sanity
     assert v["kernel/max_abs_err"] < 1e-4 and v["kernel/case0/visits_ok"] == 1.0
-    assert v["sparsity/brief_8x16x16/sta_partial_blocks"] == 0 and v["sparsity/brief_8x16x16/swa_partial_blocks"] == 2136
+    assert (
+        v["sparsity/brief_8x16x16/sta_partial_blocks"] == 0 and v["sparsity/brief_8x16x16/swa_partial_blocks"] == 2136
+    )
     assert v["sparsity/hunyuan_30x48x80/sta_density"] == pytest.approx(0.09)
     assert all(math.isfinite(x) for x in v.values())
     mixed = result.criterion("sta_mixed_blocks")
     assert mixed.estimate == mixed.low == mixed.high == 0 and mixed.state == "holds"
     # The smoke DiT's 1-token tiles leave token SWA no mixed blocks either, so this criterion fails at smoke.
     swa = result.criterion("swa_mixed_blocks_min")
-    assert swa.estimate == min(x for k, x in v.items() if k.endswith("/swa_partial_blocks")) == 0 and swa.state == "fails"
+    assert (
+        swa.estimate == min(x for k, x in v.items() if k.endswith("/swa_partial_blocks")) == 0 and swa.state == "fails"
+    )
     gap = result.criterion("finetuned_sta_loss_gap")
     # float32 losses averaged per video vs over the whole test set: equal up to rounding
     assert gap.estimate == pytest.approx(v["method/loss_gap"], abs=1e-5) and gap.n_units == cfg.data.n_test

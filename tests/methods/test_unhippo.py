@@ -73,7 +73,9 @@ def test_regularised_matrix_solves_the_stacked_least_squares_problem():
     rhs = torch.cat([al.data_free_matrix(n), 2 * q[None], q[None]])
     ar = al.regularized_matrix(n)
     # Normal equations hold, and the answer agrees with numpy's independent solver.
-    assert torch.allclose(lhs.T @ (lhs @ ar - rhs), torch.zeros(n, n, dtype=F64), atol=1e-8 * rhs.abs().max().item() ** 2)
+    assert torch.allclose(
+        lhs.T @ (lhs @ ar - rhs), torch.zeros(n, n, dtype=F64), atol=1e-8 * rhs.abs().max().item() ** 2
+    )
     np.testing.assert_allclose(ar.numpy(), np.linalg.lstsq(lhs.numpy(), rhs.numpy(), rcond=None)[0], atol=1e-9)
 
 
@@ -83,7 +85,7 @@ def test_regularised_matrix_solves_the_stacked_least_squares_problem():
 def test_expm_discretisation_solves_the_scale_invariant_ode():
     ar = al.regularized_matrix(6)
     t0, t1, t2 = (torch.tensor([v], dtype=F64) for v in (3.0, 4.0, 7.0))
-    step = lambda s, e: al.discretize_unhippo(ar, s, e, "expm")[0]  # noqa: E731
+    step = lambda s, e: al.discretize_unhippo(ar, s, e, "expm")[0]
     # Flow property in log-time, and dc/dt = (1/t) A c (central finite difference).
     assert torch.allclose(step(t1, t2) @ step(t0, t1), step(t0, t2), atol=1e-10)
     c0 = torch.randn(6, dtype=F64)
@@ -409,9 +411,14 @@ def claim_metrics(cfg: Config, noisy: dict[str, list[float]], clean: dict[str, l
     """The keys claim() reads: per-seed noisy/clean accuracies of both models, matrix checks at their closed forms."""
     n = cfg.model.n
     values = {
-        "maths/a0_identity_residual": 0.0, "maths/bt_a0_minus_2q_residual": 0.0, "maths/max_real_eig_AR": 1.0,
-        "maths/max_real_eig_A0": n - 1.0, "maths/rel_change_AR_vs_A0_N16": 1.09, "maths/kalman_cov_asymmetry": 0.0,
-        "maths/kalman_cov_min_eig": 1.0, "maths/krylov_fft_vs_unrolled_rel_err": 0.0,
+        "maths/a0_identity_residual": 0.0,
+        "maths/bt_a0_minus_2q_residual": 0.0,
+        "maths/max_real_eig_AR": 1.0,
+        "maths/max_real_eig_A0": n - 1.0,
+        "maths/rel_change_AR_vs_A0_N16": 1.09,
+        "maths/kalman_cov_asymmetry": 0.0,
+        "maths/kalman_cov_min_eig": 1.0,
+        "maths/krylov_fft_vs_unrolled_rel_err": 0.0,
     }
     for noise in cfg.recon.noises:
         values[f"baseline/recon_mse_noise{noise:g}"] = 1.0
@@ -419,7 +426,10 @@ def claim_metrics(cfg: Config, noisy: dict[str, list[float]], clean: dict[str, l
     for variant in ("method", "baseline"):
         for k, (a_noisy, a_clean) in enumerate(zip(noisy[variant], clean[variant])):
             values[f"{variant}/seed{k}/acc_noisy"], values[f"{variant}/seed{k}/acc_clean"] = a_noisy, a_clean
-        values[f"{variant}/acc_noisy"], values[f"{variant}/acc_clean"] = np.mean(noisy[variant]), np.mean(clean[variant])
+        values[f"{variant}/acc_noisy"], values[f"{variant}/acc_clean"] = (
+            np.mean(noisy[variant]),
+            np.mean(clean[variant]),
+        )
     return Metrics(values)
 
 
@@ -427,16 +437,19 @@ def test_claim_pairs_training_seeds_and_is_three_state():
     cfg = Config.for_scale("smoke", {"train.n_seeds": 3})
     clean = {"method": [0.90, 0.92, 0.91], "baseline": [0.91, 0.92, 0.92]}  # gaps -1, 0, -1 pt: well above -3
     # Noisy gains +6, +5, +7 pt: the whole interval is above 2 pt.
-    holds = SPEC.module().claim(cfg, claim_metrics(cfg, {"method": [0.60, 0.55, 0.62], "baseline": [0.54, 0.50, 0.55]},
-                                                   clean))
+    holds = SPEC.module().claim(
+        cfg, claim_metrics(cfg, {"method": [0.60, 0.55, 0.62], "baseline": [0.54, 0.50, 0.55]}, clean)
+    )
     gain = holds.criterion("acc_noisy_gain_pt")
     assert gain.estimate == pytest.approx(6.0) and gain.low > 2.0 and gain.n_units == 3 and gain.interval == "t"
     assert holds.criterion("acc_clean_gap_pt").state == "holds" and holds.verdict == "holds" and holds.sane
     # Gains +6, -1, +3 pt: mean 2.7 pt, but the interval straddles 2 pt.
-    mixed = SPEC.module().claim(cfg, claim_metrics(cfg, {"method": [0.60, 0.49, 0.58], "baseline": [0.54, 0.50, 0.55]},
-                                                   clean))
+    mixed = SPEC.module().claim(
+        cfg, claim_metrics(cfg, {"method": [0.60, 0.49, 0.58], "baseline": [0.54, 0.50, 0.55]}, clean)
+    )
     assert mixed.criterion("acc_noisy_gain_pt").state == "inconclusive" and mixed.verdict == "inconclusive"
     # UnLSSL 1 pt below LSSL under noise on every seed: fails.
-    fails = SPEC.module().claim(cfg, claim_metrics(cfg, {"method": [0.53, 0.49, 0.54], "baseline": [0.54, 0.50, 0.55]},
-                                                   clean))
+    fails = SPEC.module().claim(
+        cfg, claim_metrics(cfg, {"method": [0.53, 0.49, 0.54], "baseline": [0.54, 0.50, 0.55]}, clean)
+    )
     assert fails.criterion("acc_noisy_gain_pt").state == "fails" and fails.verdict == "fails"

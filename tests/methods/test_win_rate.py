@@ -108,8 +108,9 @@ def test_tabular_training_reaches_the_closed_forms():
     w = alg.win_against(P, U8)
     wins = alg.sample_pairs(P, U8, 50_000, np.random.default_rng(0))
     betas = np.array([0.5, 1.0])
-    pi_sft, pi_dpo, pi_wro = alg.train_tabular(wins.sum(1)[None], np.stack([wins, wins]), np.log(np.stack([U8, U8])),
-                                               betas, w[None], steps=2000, lr=0.1)
+    pi_sft, pi_dpo, pi_wro = alg.train_tabular(
+        wins.sum(1)[None], np.stack([wins, wins]), np.log(np.stack([U8, U8])), betas, w[None], steps=2000, lr=0.1
+    )
     assert alg.win_rate(pi_sft[0], w) == pytest.approx(2 * np.sum(U8 * w * w), abs=0.01)
     assert alg.win_rate(pi_wro[0], w) >= 0.81
     for i, beta in enumerate(betas):
@@ -156,7 +157,11 @@ def test_exact_logprobs_match_direct_scoring_and_normalise():
         direct = torch.log_softmax(logits, -1).gather(-1, responses[..., None])[..., 0].sum(1)
         assert torch.allclose(table[k], direct, atol=1e-5)
     # Unrestricted scoring differs only by the mass on non-symbol tokens (tiny here but nonzero).
-    full = sequence_logprob(model, token_ids(tok, TINY, torch.zeros(27, dtype=torch.long), responses), torch.tensor([[0, 1, 1, 1]]).expand(27, 4))
+    full = sequence_logprob(
+        model,
+        token_ids(tok, TINY, torch.zeros(27, dtype=torch.long), responses),
+        torch.tensor([[0, 1, 1, 1]]).expand(27, 4),
+    )
     assert torch.all(full <= table[0] + 1e-6)
 
 
@@ -196,7 +201,9 @@ def test_rloo_gradient_is_unbiased_for_the_exact_objective(kind, tmp_path):
     rng = np.random.default_rng(0)
     task.reward = rng.normal(size=(2, 27))
     task.w = alg.bt_values_grouped(task.reward, task.q, "id")
-    task.heldout = {k: torch.zeros((1, 3) if k != "prompt" else (1,), dtype=torch.long) for k in ("prompt", "chosen", "rejected")}
+    task.heldout = {
+        k: torch.zeros((1, 3) if k != "prompt" else (1,), dtype=torch.long) for k in ("prompt", "chosen", "rejected")
+    }
     task.sym = torch.as_tensor([tok.id(c) for c in "abc"])
     r_hat = rng.normal(size=(2, 27))
     spec = {"kind": kind, "h": "id"} if kind == "wro" else {"kind": "rlhf", "beta": 0.5}
@@ -221,14 +228,18 @@ def test_pairs_jsonl_loader_reads_both_formats(tmp_path):
     tok = make_tokenizer(TINY)
     path = tmp_path / "pairs.jsonl"
     path.write_text(
-        json.dumps({"prompt": "<x1>", "chosen": "abc", "rejected": "cca"}) + "\n"
-        + json.dumps({"chosen": "\n\nHuman: <x0>\n\nAssistant: bba", "rejected": "\n\nHuman: <x0>\n\nAssistant: aab"}) + "\n"
+        json.dumps({"prompt": "<x1>", "chosen": "abc", "rejected": "cca"})
+        + "\n"
+        + json.dumps({"chosen": "\n\nHuman: <x0>\n\nAssistant: bba", "rejected": "\n\nHuman: <x0>\n\nAssistant: aab"})
+        + "\n"
     )
     pairs = load_pairs_jsonl(path, tok, TINY)  # HH-RLHF: the last human turn is the prompt
     assert pairs["prompt"].tolist() == [1, 0]
     path.write_text(
-        json.dumps({"prompt": "<x1>", "chosen": "abc", "rejected": "cca"}) + "\n"
-        + json.dumps({"chosen": "<x0> bba", "rejected": "<x0> aab"}) + "\n"
+        json.dumps({"prompt": "<x1>", "chosen": "abc", "rejected": "cca"})
+        + "\n"
+        + json.dumps({"chosen": "<x0> bba", "rejected": "<x0> aab"})
+        + "\n"
     )
     pairs = load_pairs_jsonl(path, tok, TINY)
     assert pairs["prompt"].tolist() == [1, 0]
@@ -256,9 +267,18 @@ def test_prepare_reads_a_user_supplied_anchor_and_pairs(tmp_path, monkeypatch):
     model, tok = _tiny_policy(5)
     save_pretrained(model, tmp_path / "data" / "anchor_hf", tok)
     (tmp_path / "data" / "pairs.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"<x{i % 2}>", "chosen": "abc", "rejected": "cba"}) + "\n" for i in range(6)))
-    cfg = Config.for_scale("smoke", {"data.n_prompts": 2, "data.n_symbols": 3, "data.response_length": 3,
-                                     "data.anchor_lm": "anchor_hf", "data.pairs_jsonl": "pairs.jsonl"})
+        "".join(json.dumps({"prompt": f"<x{i % 2}>", "chosen": "abc", "rejected": "cba"}) + "\n" for i in range(6))
+    )
+    cfg = Config.for_scale(
+        "smoke",
+        {
+            "data.n_prompts": 2,
+            "data.n_symbols": 3,
+            "data.response_length": 3,
+            "data.anchor_lm": "anchor_hf",
+            "data.pairs_jsonl": "pairs.jsonl",
+        },
+    )
     out = tmp_path / "prepared"
     out.mkdir()
     ref = P.prepare(cfg, out)
@@ -297,9 +317,13 @@ def test_smoke_pipeline(tmp_path):
     assert claim.sane, claim.sanity
     assert {"spearman_fraction_vs_final_wr", "spearman_expected_vs_final_wr"} <= claim.figures.keys()
     ranking = claim.criterion("fraction_beats_optimum_ranking")
-    assert ranking.estimate == pytest.approx(v["runs/spearman_fraction_vs_final_wr"] - v["runs/spearman_expected_vs_final_wr"])
+    assert ranking.estimate == pytest.approx(
+        v["runs/spearman_fraction_vs_final_wr"] - v["runs/spearman_expected_vs_final_wr"]
+    )
     wro = [p for p in ("method", "nlhf", "wro_id", "wro_log", "wro_logit")]
-    assert claim.criterion("wro_correspondence").estimate == pytest.approx(np.mean([v[f"{p}/spearman_objective_wr"] for p in wro]))
+    assert claim.criterion("wro_correspondence").estimate == pytest.approx(
+        np.mean([v[f"{p}/spearman_objective_wr"] for p in wro])
+    )
     # One seed at smoke: no interval, so no criterion can hold.
     assert all(c.n_units == 1 and c.state != "holds" for c in claim.criteria) and claim.verdict != "holds"
     policy = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
@@ -321,16 +345,38 @@ def _claim_metrics(cfg, wro_rho, dpo_rho, finals=None, fractions=None):
         p = metric_prefix(cfg, name)
         rho = np.asarray(dpo_rho if spec["kind"] == "dpo" else wro_rho, float)
         for k in range(cfg.n_seeds):
-            v.update({f"{p}/seed{k}/spearman_objective_wr": rho[k], f"{p}/seed{k}/win_rate": finals[i, k],
-                      f"{p}/seed{k}/fraction_of_optimum": fractions[i, k]})
+            v.update(
+                {
+                    f"{p}/seed{k}/spearman_objective_wr": rho[k],
+                    f"{p}/seed{k}/win_rate": finals[i, k],
+                    f"{p}/seed{k}/fraction_of_optimum": fractions[i, k],
+                }
+            )
         # The win rate at the optimum ranks them in reverse: a clear loser against the fraction.
-        v.update({f"{p}/spearman_objective_wr": float(rho.mean()), f"{p}/expected_win_rate": 1.0 - 0.05 * i,
-                  f"{p}/win_rate": float(finals[i].mean())})
+        v.update(
+            {
+                f"{p}/spearman_objective_wr": float(rho.mean()),
+                f"{p}/expected_win_rate": 1.0 - 0.05 * i,
+                f"{p}/win_rate": float(finals[i].mean()),
+            }
+        )
     t = "tabular/uniform_"
-    v.update({"anchor/max_win_rate": 0.95, "anchor/win_rate": 0.5, "anchor/mass": 1.0, t + "anchor_wr": 0.5,
-              t + "sft_closed_form": 0.592, t + "sft_trained": 0.59, t + "sft_optimum_mass": 1.0, t + "wro_optimum": 0.819,
-              t + "wro_trained": 0.815, t + "rlhf_optimum_b1": 0.713, "runs/spearman_fraction_vs_final_wr": 1.0,
-              "runs/spearman_expected_vs_final_wr": -1.0})
+    v.update(
+        {
+            "anchor/max_win_rate": 0.95,
+            "anchor/win_rate": 0.5,
+            "anchor/mass": 1.0,
+            t + "anchor_wr": 0.5,
+            t + "sft_closed_form": 0.592,
+            t + "sft_trained": 0.59,
+            t + "sft_optimum_mass": 1.0,
+            t + "wro_optimum": 0.819,
+            t + "wro_trained": 0.815,
+            t + "rlhf_optimum_b1": 0.713,
+            "runs/spearman_fraction_vs_final_wr": 1.0,
+            "runs/spearman_expected_vs_final_wr": -1.0,
+        }
+    )
     return Metrics(v)
 
 

@@ -134,8 +134,11 @@ def test_natural_probes_have_the_closed_form_covariance():
         # The plausible mistakes are far outside that tolerance: (L^T L)^-1 instead of (L L^T)^-1,
         # F + rho I instead of its inverse, or isotropic probes.
         chol = torch.linalg.cholesky(normalised + rho * torch.eye(n, dtype=torch.float64))
-        for wrong in ((1 + rho) * torch.linalg.inv(chol.T @ chol), normalised + rho * torch.eye(n, dtype=torch.float64),
-                      torch.eye(n, dtype=torch.float64)):
+        for wrong in (
+            (1 + rho) * torch.linalg.inv(chol.T @ chol),
+            normalised + rho * torch.eye(n, dtype=torch.float64),
+            torch.eye(n, dtype=torch.float64),
+        ):
             assert float((empirical - wrong).norm() / closed.norm()) > 10 * mc
 
 
@@ -250,15 +253,24 @@ def test_idx_reader_round_trip(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
     out = tmp_path / "prepared"
     out.mkdir()
-    cfg = Config.for_scale("smoke", {"data.source": "idx", "data.idx_dir": "mnist", "data.max_train": 0,
-                                     "data.max_test": 0})
+    cfg = Config.for_scale(
+        "smoke", {"data.source": "idx", "data.idx_dir": "mnist", "data.max_train": 0, "data.max_test": 0}
+    )
     feats = load(prepare(cfg, out))
     assert feats["x_train"].shape == (30, 12)
     assert np.allclose(np.linalg.norm(feats["x_train"], axis=1), math.sqrt(12))
 
 
-@pytest.mark.parametrize("override", [{"zo.rho": 0.0}, {"zo.lr_grid": [1e-3, -1.0]}, {"zo.n_probes": 0},
-                                      {"data.source": "idx"}, {"zo.optimiser": "adam"}])
+@pytest.mark.parametrize(
+    "override",
+    [
+        {"zo.rho": 0.0},
+        {"zo.lr_grid": [1e-3, -1.0]},
+        {"zo.n_probes": 0},
+        {"data.source": "idx"},
+        {"zo.optimiser": "adam"},
+    ],
+)
 def test_config_rejects_bad_values(override):
     with pytest.raises(ValidationError):
         Config.for_scale("default", override)
@@ -350,15 +362,29 @@ def hand_built_metrics(acc_method, acc_baseline, fractions):
     """The metrics claim reads, with the given per-seed numbers (seeds 0, 1, 2) and passing sanity numbers."""
     from models.base import Metrics
 
-    values = {"method/test_acc": float(np.mean(acc_method)), "baseline/test_acc": float(np.mean(acc_baseline)),
-              "method/query_fraction_to_baseline_loss": float(np.mean(fractions)),
-              "method/reaches_baseline_loss": float(min(fractions) < 1), "twin/test_acc": 0.9,
-              "method/postbp_test_acc": 0.5, "method/queries": 100.0, "baseline/queries": 100.0,
-              "expected_queries": 100.0, "method/lr": 1e-3, "baseline/lr": 1e-3,
-              "method/train_loss_reduction": 0.5, "baseline/train_loss_reduction": 0.4,
-              "sampler/cos_np": 0.5, "sampler/cos_np_predicted": 0.5, "sampler/cos_iso": 0.95,
-              "sampler/cos_iso_predicted": 0.95, "sampler/cov_rel_err": 0.1, "sampler/cov_rel_err_expected": 0.1,
-              "sampler/probe_norm_err_np": 0.0, "sampler/probe_norm_err_iso": 0.0}
+    values = {
+        "method/test_acc": float(np.mean(acc_method)),
+        "baseline/test_acc": float(np.mean(acc_baseline)),
+        "method/query_fraction_to_baseline_loss": float(np.mean(fractions)),
+        "method/reaches_baseline_loss": float(min(fractions) < 1),
+        "twin/test_acc": 0.9,
+        "method/postbp_test_acc": 0.5,
+        "method/queries": 100.0,
+        "baseline/queries": 100.0,
+        "expected_queries": 100.0,
+        "method/lr": 1e-3,
+        "baseline/lr": 1e-3,
+        "method/train_loss_reduction": 0.5,
+        "baseline/train_loss_reduction": 0.4,
+        "sampler/cos_np": 0.5,
+        "sampler/cos_np_predicted": 0.5,
+        "sampler/cos_iso": 0.95,
+        "sampler/cos_iso_predicted": 0.95,
+        "sampler/cov_rel_err": 0.1,
+        "sampler/cov_rel_err_expected": 0.1,
+        "sampler/probe_norm_err_np": 0.0,
+        "sampler/probe_norm_err_iso": 0.0,
+    }
     for seed, (a, b, f) in enumerate(zip(acc_method, acc_baseline, fractions)):
         values[f"method/seed{seed}/test_acc"], values[f"baseline/seed{seed}/test_acc"] = a, b
         values[f"method/seed{seed}/query_fraction_to_baseline_loss"] = f

@@ -70,8 +70,13 @@ def test_bad_environment_stops_a_dvc_stage_too(tmp_path):
 def test_good_environment_passes_the_check(monkeypatch):
     from models.common.runtime import check_environment
 
-    for var, value in {"PAPERLINE_ACCELERATOR": "gpu", "PAPERLINE_DEVICES": "0,1", "PAPERLINE_THREADS": "2",
-                       "PAPERLINE_CHECKPOINT_SECONDS": "0", "PAPERLINE_NUM_NODES": "2"}.items():
+    for var, value in {
+        "PAPERLINE_ACCELERATOR": "gpu",
+        "PAPERLINE_DEVICES": "0,1",
+        "PAPERLINE_THREADS": "2",
+        "PAPERLINE_CHECKPOINT_SECONDS": "0",
+        "PAPERLINE_NUM_NODES": "2",
+    }.items():
         monkeypatch.setenv(var, value)
     check_environment()
     monkeypatch.setenv("PAPERLINE_DEVICES", "auto")
@@ -120,7 +125,7 @@ def test_readme_lists_every_method():
 
 def test_run_from_a_fresh_checkout_creates_the_state_folders(tmp_path, monkeypatch):
     # Regression: Prefect's temporary server could not open its DB in a missing PREFECT_HOME.
-    from tasks import cli, env
+    from tasks import cli
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / ".paperline" / "prefect"))

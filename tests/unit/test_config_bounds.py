@@ -68,8 +68,26 @@ def unbounded(model: type[BaseModel]) -> list[str]:
 
 
 # A str field named like this points at a file or folder, so it must be a RelPath.
-PATH_WORDS = {"dir", "path", "file", "files", "npz", "jsonl", "json", "csv", "root", "folder", "trajectory",
-              "topology", "weights", "ckpt", "checkpoint", "pdb", "wheel", "lm"}
+PATH_WORDS = {
+    "dir",
+    "path",
+    "file",
+    "files",
+    "npz",
+    "jsonl",
+    "json",
+    "csv",
+    "root",
+    "folder",
+    "trajectory",
+    "topology",
+    "weights",
+    "ckpt",
+    "checkpoint",
+    "pdb",
+    "wheel",
+    "lm",
+}
 
 
 def path_like_strs(model: type[BaseModel]) -> list[str]:
@@ -112,9 +130,16 @@ def test_the_walk_finds_every_offender():
 
 def test_the_walk_reaches_nested_tuples_and_sections():
     names = {(slug, leaf.name) for slug, spec in METHODS.items() for leaf in leaves(spec.config)}
-    assert {("hpde_gnn", "epochs"), ("hpde_gnn", "data.homophily[]"), ("sta", "kernel.cases[].canvas[]"),
-            ("sta", "eval.sweep_windows[][]"), ("bnn_linf", "data.heart_rate_bands[][]"), ("ars", "toy.sac.hidden[]"),
-            ("hpde_gnn", "data.planetoid_dir"), ("sdcib", "data.real_npz")} <= names
+    assert {
+        ("hpde_gnn", "epochs"),
+        ("hpde_gnn", "data.homophily[]"),
+        ("sta", "kernel.cases[].canvas[]"),
+        ("sta", "eval.sweep_windows[][]"),
+        ("bnn_linf", "data.heart_rate_bands[][]"),
+        ("ars", "toy.sac.hidden[]"),
+        ("hpde_gnn", "data.planetoid_dir"),
+        ("sdcib", "data.real_npz"),
+    } <= names
 
 
 # ----------------------------------------------------------------------------- every registered config
@@ -148,7 +173,10 @@ def _run_cli(args, root):
     def started(*_, **__):
         raise AssertionError(f"{args}: validation passed and a run was about to start")
 
-    with mock.patch.dict(os.environ, {"PAPERLINE_ROOT": str(root)}), mock.patch.object(cli.env, "make_state_dirs", started):
+    with (
+        mock.patch.dict(os.environ, {"PAPERLINE_ROOT": str(root)}),
+        mock.patch.object(cli.env, "make_state_dirs", started),
+    ):
         return cli.main(args)
 
 
@@ -179,5 +207,7 @@ def test_an_absurd_count_exits_2_before_any_run(slug, tmp_path, capsys):
 def test_the_issues_values_exit_2_naming_the_key(override, message, tmp_path, capsys):
     assert _run_cli(["run", "hpde_gnn", "--scale", "smoke", "--set", override], tmp_path) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("paperline: error: invalid config for hpde_gnn") and message in err[0], err
+    assert len(err) == 1 and err[0].startswith("paperline: error: invalid config for hpde_gnn") and message in err[0], (
+        err
+    )
     assert list(tmp_path.iterdir()) == []

@@ -109,7 +109,7 @@ def test_posterior_matches_gaussian_conditioning_of_the_joint():
 def test_ddpm_loss_is_zero_for_the_oracle_and_positive_otherwise():
     sched = DDPMSchedule(linear_betas(100, 1e-3, 0.1))
     x0 = torch.randn(64, 2, generator=gen(3))
-    oracle = lambda x_t, t: x0  # noqa: E731
+    oracle = lambda x_t, t: x0
     assert sched.loss(oracle, x0, prediction="x0", generator=gen(4)).item() == 0
     assert sched.loss(lambda x_t, t: torch.zeros_like(x_t), x0, "eps", gen(4)).item() > 0.5
 
@@ -150,7 +150,7 @@ def test_ddim_timesteps_are_evenly_spaced_and_end_at_the_last_step():
 
 def test_ddim_with_eta1_over_all_steps_is_ddpm():
     sched = DDPMSchedule(linear_betas(100, 1e-3, 0.15))
-    model = lambda x_t, t: 0.3 * x_t + 0.01 * t.double()[:, None]  # noqa: E731  any eps-model
+    model = lambda x_t, t: 0.3 * x_t + 0.01 * t.double()[:, None]  # any eps-model
     x_T = torch.randn(32, 2, generator=gen(9), dtype=torch.float64)
     a = ddim_sample(model, sched, x_T, 100, eta=1.0, generator=gen(10))
     b = ddpm_sample(model, sched, x_T, generator=gen(10))
@@ -216,9 +216,13 @@ def test_bridge_q_sample_moments_by_monte_carlo():
     x0, x1 = torch.full((200_000,), -1.0), torch.full((200_000,), 2.0)
     for step in (0, 300, 700, 999):
         x_t = bridge.q_sample(step, x0, x1, generator=gen(step))
-        assert x_t.mean().item() == pytest.approx(-mu0[step].item() + 2 * mu1[step].item(), abs=4 * std[step].item() / 400)
+        assert x_t.mean().item() == pytest.approx(
+            -mu0[step].item() + 2 * mu1[step].item(), abs=4 * std[step].item() / 400
+        )
         assert x_t.std().item() == pytest.approx(std[step].item(), rel=0.01)
-        assert torch.allclose(bridge.q_sample(step, x0[:4], x1[:4], ot_ode=True), (-mu0[step] + 2 * mu1[step]).float().expand(4))
+        assert torch.allclose(
+            bridge.q_sample(step, x0[:4], x1[:4], ot_ode=True), (-mu0[step] + 2 * mu1[step]).float().expand(4)
+        )
 
 
 def test_bridge_eps_parametrisation_round_trips():
@@ -247,7 +251,7 @@ def test_bridge_sampler_with_the_true_x0():
     bridge = BridgeSchedule.i2sb(1000, 0.3)
     x0 = torch.randn(20_000, 2, generator=gen(1), dtype=torch.float64)
     x1 = x0 + 1.0
-    oracle = lambda x_t, t: x0  # noqa: E731
+    oracle = lambda x_t, t: x0
     mu0, mu1, std = bridge.coefficients
     # OT-ODE: the deterministic path stays on the bridge mean mu0 x0 + mu1 x1 and ends at step 0.
     for nfe in (1, 5, 50):

@@ -81,8 +81,12 @@ def test_the_import_walk_is_transitive_and_reads_lazy_and_relative_imports(tmp_p
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert shared_modules("toy", tmp_path) == [
-        "models/__init__.py", "models/common/__init__.py", "models/common/deep.py",
-        "models/common/helper.py", "models/common/lazy.py", "models/common/used.py",
+        "models/__init__.py",
+        "models/common/__init__.py",
+        "models/common/deep.py",
+        "models/common/helper.py",
+        "models/common/lazy.py",
+        "models/common/used.py",
     ]
 
 

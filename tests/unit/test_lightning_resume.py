@@ -233,8 +233,10 @@ FIT_SHAPES = {
     "epochs": (_shuffled, dict(max_epochs=5)),
     "steps, validation across epochs": (_shuffled, dict(STEPS, max_steps=80, val_check_interval=8)),
     "steps ending mid-epoch": (_random_batches, dict(STEPS, max_steps=70, val_check_interval=5)),
-    "steps, step schedule, step logging": (_shuffled, dict(STEPS, max_steps=80, scheduler="step", step_logging=True,
-                                                           log_every_n_steps=5, gradient_clip_val=0.5)),
+    "steps, step schedule, step logging": (
+        _shuffled,
+        dict(STEPS, max_steps=80, scheduler="step", step_logging=True, log_every_n_steps=5, gradient_clip_val=0.5),
+    ),
     "steps, epoch schedule": (_shuffled, dict(STEPS, max_steps=80, scheduler="epoch")),
     "gradient accumulation": (_shuffled, dict(max_epochs=5, accumulate_grad_batches=3)),
 }
@@ -262,8 +264,9 @@ def test_a_resumed_fit_is_the_uninterrupted_fit_exactly(shape, tmp_path):
         kwargs = dict(options)
         torch.manual_seed(0)
         module = DropoutRegressor(kwargs.pop("scheduler", None), kwargs.pop("step_logging", False))
-        records = fit(module, make_loader(), DataLoader(TensorDataset(X, Y), 64), seed=0, callbacks=list(callbacks),
-                      **kwargs)
+        records = fit(
+            module, make_loader(), DataLoader(TensorDataset(X, Y), 64), seed=0, callbacks=list(callbacks), **kwargs
+        )
         return module, records
 
     full, full_records = train()
@@ -287,15 +290,25 @@ def _two_fit_step(crash=None):
     first_records = fit(first, _shuffled(1), max_epochs=4, seed=0, variant="first")
     second = DropoutRegressor(scheduler="step")  # initialised from the global stream the first fit left
     ema = EMA("net", 0.8, start=5, apply_at_end=True)
-    second_records = fit(second, _shuffled(2), DataLoader(TensorDataset(X, Y), 64), max_steps=96, val_check_interval=10,
-                         max_epochs=10**6, check_val_every_n_epoch=None, seed=1, variant="second",
-                         callbacks=[ema] + ([crash] if crash else []))
+    second_records = fit(
+        second,
+        _shuffled(2),
+        DataLoader(TensorDataset(X, Y), 64),
+        max_steps=96,
+        val_check_interval=10,
+        max_epochs=10**6,
+        check_val_every_n_epoch=None,
+        seed=1,
+        variant="second",
+        callbacks=[ema] + ([crash] if crash else []),
+    )
     return (first, second), (first_records, second_records)
 
 
 @pytest.mark.parametrize("period", [None, "0"], ids=["default period", "every epoch"])
-def test_a_step_killed_in_its_second_fit_skips_the_first_and_ends_as_an_uninterrupted_one(period, tmp_path, capfd,
-                                                                                             monkeypatch):
+def test_a_step_killed_in_its_second_fit_skips_the_first_and_ends_as_an_uninterrupted_one(
+    period, tmp_path, capfd, monkeypatch
+):
     """At the default period a short fit never reaches an epoch checkpoint, yet a completed fit is
     kept: the rerun loads the first fit's final state without training it (its weights, EMA, curve and
     the random streams after it) and retrains (default) or resumes (every epoch) the second."""

@@ -23,8 +23,9 @@ def test_trainer_settings_from_environment(monkeypatch):
     assert trainer_settings()["devices"] == "0,1"
 
 
-@pytest.mark.parametrize("var,value", [("PAPERLINE_NUM_NODES", "zero"), ("PAPERLINE_NUM_NODES", "0"),
-                                       ("PAPERLINE_DEVICES", "many")])
+@pytest.mark.parametrize(
+    "var,value", [("PAPERLINE_NUM_NODES", "zero"), ("PAPERLINE_NUM_NODES", "0"), ("PAPERLINE_DEVICES", "many")]
+)
 def test_bad_trainer_setting_names_the_variable(monkeypatch, var, value):
     monkeypatch.setenv(var, value)
     with pytest.raises(ValueError, match=f"{var}='{value}'"):
@@ -32,10 +33,10 @@ def test_bad_trainer_setting_names_the_variable(monkeypatch, var, value):
 
 
 def test_fit_uses_the_trainer_settings(monkeypatch):
+    import lightning as L
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
-    import lightning as L
     from models.common import lightning as pl_common
 
     seen = {}

@@ -11,7 +11,7 @@ KEYS = sorted({k for spec in SPECS for k in allowed_keys(spec.config)})
 text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
 values = st.one_of(
     text,
-    st.integers(-10**12, 10**12).map(str),
+    st.integers(-(10**12), 10**12).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
     st.sampled_from(["true", "null", "[]", "[1, 2]", "{}", "{a: 1}", "1e309", "-0", "nan", "inf", "'x'"]),
 )

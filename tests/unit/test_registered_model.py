@@ -27,7 +27,10 @@ def test_input_spec_is_read_from_the_model():
     import torch
 
     assert tracking.input_spec(_policy()) == {"dtype": "int64", "shape": [-1, 3]}
-    assert tracking.input_spec(SimpleNamespace(input_spec=("float32", (-1, 8)))) == {"dtype": "float32", "shape": [-1, 8]}
+    assert tracking.input_spec(SimpleNamespace(input_spec=("float32", (-1, 8)))) == {
+        "dtype": "float32",
+        "shape": [-1, 8],
+    }
     assert tracking.input_spec(torch.nn.Linear(3, 2)) is None  # no fixed input known: no signature
     signature = tracking._signature(tracking.input_spec(_policy()))
     assert signature.inputs.numpy_types() == [np.dtype("int64")] and signature.inputs.inputs[0].shape == (-1, 3)

@@ -9,16 +9,20 @@ from models.common import selection as S
 
 def test_grid_is_the_cartesian_product_in_order():
     assert S.grid(lr=(1e-3, 1e-4), dropout=(0.0, 0.5)) == [
-        {"lr": 1e-3, "dropout": 0.0}, {"lr": 1e-3, "dropout": 0.5},
-        {"lr": 1e-4, "dropout": 0.0}, {"lr": 1e-4, "dropout": 0.5}]
+        {"lr": 1e-3, "dropout": 0.0},
+        {"lr": 1e-3, "dropout": 0.5},
+        {"lr": 1e-4, "dropout": 0.0},
+        {"lr": 1e-4, "dropout": 0.5},
+    ]
     with pytest.raises(ValueError, match="'lr' has no values"):
         S.grid(lr=())
 
 
 def test_selection_uses_validation_scores_and_skips_diverged_points():
     scores = {1e-2: math.nan, 1e-3: 0.7, 1e-4: 0.9, 1e-5: 0.9}  # the tie keeps the earlier point
-    chosen, fitted = S.select_on_validation("baseline", S.grid(lr=tuple(scores)), lambda p: (scores[p["lr"]], f"net{p['lr']}"),
-                                            metric="acc")
+    chosen, fitted = S.select_on_validation(
+        "baseline", S.grid(lr=tuple(scores)), lambda p: (scores[p["lr"]], f"net{p['lr']}"), metric="acc"
+    )
     assert chosen.chosen == {"lr": 1e-4} and fitted == "net0.0001" and chosen.score == 0.9
     assert len(chosen.table) == 4 and chosen.summary() == {"select/baseline/val_acc": 0.9, "select/baseline/lr": 1e-4}
     lower, _ = S.select_on_validation("m", S.grid(lr=(1, 2)), lambda p: (float(p["lr"]), None), higher_is_better=False)
@@ -67,8 +71,14 @@ def test_best_weights_end_the_fit_on_the_best_validation_epoch(tmp_path):
     torch.manual_seed(0)
     module = Overfit()
     callbacks = S.early_stopping_callbacks("val/loss", patience=3, mode="min")
-    records = fit(module, DataLoader(TensorDataset(x, y), batch_size=16, shuffle=False),
-                  DataLoader(TensorDataset(xv, yv), batch_size=32), max_epochs=60, seed=0, callbacks=callbacks)
+    records = fit(
+        module,
+        DataLoader(TensorDataset(x, y), batch_size=16, shuffle=False),
+        DataLoader(TensorDataset(xv, yv), batch_size=32),
+        max_epochs=60,
+        seed=0,
+        callbacks=callbacks,
+    )
     best = callbacks[-1]
     val = [r["val/loss"] for r in records if "val/loss" in r]
     assert best.best == pytest.approx(min(val)) and best.best_epoch == val.index(min(val))

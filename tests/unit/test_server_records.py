@@ -47,26 +47,41 @@ def _write(root, record: dict) -> None:
 
 
 def _entry(pid: int, port: int, health: str, **identity) -> dict:
-    return {"pid": pid, "url": f"http://127.0.0.1:{port}", "health": health, "host": "127.0.0.1",
-            "port": port, **identity}
+    return {
+        "pid": pid,
+        "url": f"http://127.0.0.1:{port}",
+        "health": health,
+        "host": "127.0.0.1",
+        "port": port,
+        **identity,
+    }
 
 
 def _cli(root, *args, timeout=120):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_"))}
     env.update(PAPERLINE_ROOT=str(root), PREFECT_HOME=str(root / ".paperline" / "prefect"))
-    return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_reused_pid_is_not_signalled_by_down(tmp_path, bystander):
     me = servers.identity(bystander.pid)
-    _write(tmp_path, {
-        # the PID now runs another program (the old record's command line)
-        "prefect": _entry(bystander.pid, _closed_port(), "/api/health", cmdline=["prefect", "server", "start"],
-                          started=me["started"]),
-        # the same program, started at another time than the recorded one (a PID reused by a look-alike)
-        "mlflow": _entry(bystander.pid, _closed_port(), "/health", cmdline=me["cmdline"], started="ticks:1"),
-    })
+    _write(
+        tmp_path,
+        {
+            # the PID now runs another program (the old record's command line)
+            "prefect": _entry(
+                bystander.pid,
+                _closed_port(),
+                "/api/health",
+                cmdline=["prefect", "server", "start"],
+                started=me["started"],
+            ),
+            # the same program, started at another time than the recorded one (a PID reused by a look-alike)
+            "mlflow": _entry(bystander.pid, _closed_port(), "/health", cmdline=me["cmdline"], started="ticks:1"),
+        },
+    )
     assert servers.running(tmp_path) == {}
     proc = _cli(tmp_path, "down")
     assert proc.returncode == 0 and "nothing was running" in proc.stdout, proc.stderr
@@ -85,18 +100,22 @@ def test_a_record_from_before_identities_is_left_alone(tmp_path, bystander):
 
 
 def test_down_stops_a_recorded_process_that_is_still_ours(tmp_path, bystander):
-    _write(tmp_path, {"prefect": _entry(bystander.pid, _closed_port(), "/api/health",
-                                        **servers.identity(bystander.pid))})
+    _write(
+        tmp_path, {"prefect": _entry(bystander.pid, _closed_port(), "/api/health", **servers.identity(bystander.pid))}
+    )
     assert set(servers.running(tmp_path)) == {"prefect"}
     assert servers.down(tmp_path) == ["prefect"]
     assert bystander.wait(timeout=10) is not None
 
 
 def test_status_reports_stale_and_stuck_servers_without_waiting(tmp_path, bystander, silent_port):
-    _write(tmp_path, {
-        "prefect": _entry(bystander.pid, _closed_port(), "/api/health", cmdline=["not", "it"], started="ticks:1"),
-        "mlflow": _entry(bystander.pid, silent_port, "/health", **servers.identity(bystander.pid)),
-    })
+    _write(
+        tmp_path,
+        {
+            "prefect": _entry(bystander.pid, _closed_port(), "/api/health", cmdline=["not", "it"], started="ticks:1"),
+            "mlflow": _entry(bystander.pid, silent_port, "/health", **servers.identity(bystander.pid)),
+        },
+    )
     assert servers.check(tmp_path) == {"prefect": "stale", "mlflow": "unresponsive"}
     started = time.monotonic()
     proc = _cli(tmp_path, "status", timeout=100)

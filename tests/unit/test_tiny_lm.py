@@ -94,7 +94,11 @@ def _reference_gpt2(hf: dict[str, torch.Tensor], config: LMConfig, ids: torch.Te
         att = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ v
         x = x + att.transpose(1, 2).reshape(x.shape) @ sd[p + "attn.c_proj.weight"] + sd[p + "attn.c_proj.bias"]
         h = ln(x, p + "ln_2")
-        x = x + gelu_new(h @ sd[p + "mlp.c_fc.weight"] + sd[p + "mlp.c_fc.bias"]) @ sd[p + "mlp.c_proj.weight"] + sd[p + "mlp.c_proj.bias"]
+        x = (
+            x
+            + gelu_new(h @ sd[p + "mlp.c_fc.weight"] + sd[p + "mlp.c_fc.bias"]) @ sd[p + "mlp.c_proj.weight"]
+            + sd[p + "mlp.c_proj.bias"]
+        )
     return ln(x, "transformer.ln_f") @ sd["transformer.wte.weight"].T
 
 
@@ -177,7 +181,9 @@ def test_loads_bare_gpt2model_keys_legacy_buffers_and_shards(tmp_path):
     rest = {k: v for k, v in bare.items() if k not in first}
     write_safetensors(tmp_path / "model-00001-of-00002.safetensors", first)
     write_safetensors(tmp_path / "model-00002-of-00002.safetensors", rest)
-    weight_map = {k: "model-00001-of-00002.safetensors" for k in first} | {k: "model-00002-of-00002.safetensors" for k in rest}
+    weight_map = {k: "model-00001-of-00002.safetensors" for k in first} | {
+        k: "model-00002-of-00002.safetensors" for k in rest
+    }
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     (tmp_path / "config.json").write_text(json.dumps({**model.config.to_hf(), "n_ctx": 12, "unknown_key": 1}))
     ids = _ids()
@@ -260,7 +266,9 @@ def test_new_tokens_start_at_the_mean_embedding_and_leave_old_logits_unchanged()
     new = model.add_tokens(2)
     assert new == [13, 14] and model.config.vocab_size == 15
     assert torch.equal(model.wte.weight[:13], old_rows)
-    assert torch.allclose(model.wte.weight[13], old_rows.mean(0)) and torch.allclose(model.wte.weight[14], old_rows.mean(0))
+    assert torch.allclose(model.wte.weight[13], old_rows.mean(0)) and torch.allclose(
+        model.wte.weight[14], old_rows.mean(0)
+    )
     assert torch.allclose(model(ids)[..., :13], old_logits, atol=1e-6)
 
 
@@ -280,7 +288,7 @@ def test_greedy_generation_matches_stepwise_argmax_and_stops():
             seq.append(nxt)
     stop = int(gen.tokens[0, 1])
     stopped = generate(model, ids, 4, attention_mask=mask, stop_ids=[stop], pad_id=0)
-    assert int(stopped.length[0]) <= 2 and torch.all(stopped.tokens[0, int(stopped.length[0]):] == 0)
+    assert int(stopped.length[0]) <= 2 and torch.all(stopped.tokens[0, int(stopped.length[0]) :] == 0)
 
 
 def test_sampling_follows_the_constrained_next_token_distribution():

@@ -85,8 +85,13 @@ def test_clopper_pearson_pass_rate():
 def test_claim_round_trips_through_json():
     import json
 
-    claim = ClaimResult("c", [V.mean_criterion("a", "s", [1.0], 0.0, ">="), V.exact_criterion("b", "s", 2, 1, ">")],
-                        {"gate": True}, {"extra": 3.0}, "notes")
+    claim = ClaimResult(
+        "c",
+        [V.mean_criterion("a", "s", [1.0], 0.0, ">="), V.exact_criterion("b", "s", 2, 1, ">")],
+        {"gate": True},
+        {"extra": 3.0},
+        "notes",
+    )
     again = ClaimResult.from_dict(json.loads(json.dumps(claim.to_dict())))
     assert again.to_dict() == claim.to_dict() and again.verdict == "inconclusive"
     assert claim.to_dict()["criteria"][0]["state"] == "inconclusive"

