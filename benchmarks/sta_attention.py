@@ -20,7 +20,6 @@ time is mostly FlexAttention's first compile.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402  (torch alone does not import triton.language)
+from models.common.triton_mode import use_interpreter_without_gpu  # noqa: E402
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernel module (and triton.language) is imported
+use_interpreter_without_gpu()  # before the kernel module (and triton.language) is imported
+import torch  # noqa: E402
 
 from models.sta import masks  # noqa: E402
 from models.sta.kernel import sta_attention  # noqa: E402

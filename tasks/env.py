@@ -79,10 +79,9 @@ def configure(root: Path | None = None) -> Path:
     for key, folder in folders.items():
         os.environ.setdefault(key, str(folder))
     os.environ.setdefault("PAPERLINE_ROOT", str(root))
-    if not Path("/proc/driver/nvidia").exists():
-        # Triton runs on the CPU only through its interpreter, and the switch must be set before
-        # anything (Lightning included) imports triton.language.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from models.common.triton_mode import use_interpreter_without_gpu
+
+    use_interpreter_without_gpu()  # before anything (Lightning included) imports triton.language
     return root
 
 

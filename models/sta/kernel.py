@@ -1,7 +1,7 @@
 """A Triton forward kernel for 3-D sliding tile attention (the project's own, not FastVideo's).
 
 Import this module only where the kernel is used. On a machine without a CUDA GPU, set
-``TRITON_INTERPRET=1`` *before* importing it (``pipeline.load_kernel`` does); Triton then runs
+``TRITON_INTERPRET=1`` *before* importing it (``networks.load_kernel`` does, through ``models.common.triton_mode``); Triton then runs
 each program in numpy on CPU tensors (slowly: a few ms per block dot, programs one after another).
 
 Layout: q, k, v are (B, H, N, D) in tile-major token order (``masks.tile``), N = image tokens +

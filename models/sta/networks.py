@@ -24,7 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models.common.triton_mode import import_kernel
+
 from .masks import Canvas, same_reach_token_window, sta_block_mask, sta_token_mask, swa_token_mask, tile, untile
+
+
+def load_kernel():
+    """The Triton STA kernel module; without a usable GPU the interpreter is switched on first."""
+    return import_kernel("models.sta.kernel")
 
 
 def sincos_3d(canvas: Canvas, dim: int) -> torch.Tensor:
@@ -156,8 +163,6 @@ class VideoDiT(nn.Module):
             return flex_sta_attention(q, k, v, self._block_mask, compiled=q.is_cuda)
         if torch.is_grad_enabled() and q.requires_grad:
             raise RuntimeError("the Triton STA kernel is forward-only; train with backend 'sdpa' or 'flex'")
-        from .pipeline import load_kernel  # lazily: sets TRITON_INTERPRET=1 first when there is no GPU
-
         return load_kernel().sta_attention(q, k, v, self.canvas, self.window)
 
     # -- rectified flow ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ mixed blocks, so a block-sparse kernel reaches the ideal speed-up 1/density.
 What runs here (one pipeline, three parts):
 1. Kernel: the Triton forward kernel against dense masked attention (float32, max error < 1e-4)
    and FlexAttention with the same BlockMask, on the configured small canvases: under the Triton
-   interpreter on CPU (TRITON_INTERPRET=1, set by ``load_kernel`` before the import), compiled on
+   interpreter on CPU (TRITON_INTERPRET=1, set by ``networks.load_kernel`` before the import), compiled on
    a GPU. The output is poisoned with NaN first, so an unwritten element fails the check. The
    kernel counts the key tiles each query block visits (must equal k_t k_h k_w).
 2. Sparsity accounting: full / partial (mixed) / skipped key-value blocks of STA and of token-level
@@ -65,7 +65,6 @@ Deliberate deviations and why:
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import math
 import os
@@ -76,10 +75,9 @@ from pathlib import Path
 
 import torch
 
-if not torch.cuda.is_available():
-    # Triton builds its standard library (tl.zeros, tl.sum...) as interpretable only if this is set
-    # before triton.language is first imported, and lightning imports it: set it before lightning.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+from models.common.triton_mode import KernelUnavailable, use_interpreter_without_gpu
+
+use_interpreter_without_gpu()  # before lightning imports triton.language
 
 import lightning as L  # noqa: E402
 import numpy as np  # noqa: E402
@@ -110,7 +108,7 @@ from .masks import (  # noqa: E402
     swa_counts,
     swa_token_mask,
 )
-from .networks import VideoDiT, build_dit  # noqa: E402
+from .networks import VideoDiT, build_dit, load_kernel  # noqa: E402
 
 COLORS = {
     "dense_pretrained": "k",
@@ -128,23 +126,6 @@ LABELS = {
     "swa_zero_shot": "token SWA, training-free",
     "baseline_swa": "token SWA, fine-tuned",
 }
-
-
-class KernelUnavailable(RuntimeError):
-    """The Triton kernel cannot run in this process (no GPU, and Triton was imported without the interpreter)."""
-
-
-def load_kernel():
-    """Import the Triton kernel module; without a CUDA GPU, switch on the interpreter first."""
-    if "models.sta.kernel" not in sys.modules and not torch.cuda.is_available():
-        os.environ["TRITON_INTERPRET"] = "1"
-        language = sys.modules.get("triton.language")
-        if language is not None and type(language.standard.zeros).__name__ != "InterpretedFunction":
-            raise KernelUnavailable(
-                "triton.language was imported before TRITON_INTERPRET=1 was set, so the kernel cannot run on CPU in "
-                "this process; set TRITON_INTERPRET=1 in the environment before starting Python"
-            )
-    return importlib.import_module("models.sta.kernel")
 
 
 # ----------------------------------------------------------------------------- data

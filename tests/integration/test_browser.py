@@ -50,7 +50,7 @@ def _project_env(root) -> dict[str, str]:
 
 def _cli(env, *args, timeout=600) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
@@ -117,7 +117,7 @@ def live(tmp_path_factory):
         record = json.loads((root / ".paperline" / "servers.json").read_text())
         serve_env = dict(env, PREFECT_API_URL=f"http://127.0.0.1:{prefect_port}/api")
         serve = subprocess.Popen(
-            [sys.executable, "-m", "tasks.cli", "serve"],
+            [sys.executable, "-m", "flows.cli", "serve"],
             cwd=ROOT,
             env=serve_env,
             stdout=open(root / "serve.log", "wb"),

@@ -111,7 +111,7 @@ def test_flows_at_once_lose_nothing(env, project):
             [*TOY, "epoch_seconds=0.1"], cwd=ROOT, env=fast, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         ),
         subprocess.Popen(
-            [sys.executable, "-m", "tasks.cli", "run", "sleeping_rl", "--scale", "smoke"],
+            [sys.executable, "-m", "flows.cli", "run", "sleeping_rl", "--scale", "smoke"],
             cwd=ROOT,
             env=fast,
             stdout=subprocess.PIPE,

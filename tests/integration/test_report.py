@@ -72,7 +72,7 @@ def test_report_has_claim_table_figures_and_run_links(toy_runs, project):
 
 
 def test_status_command_prints_the_table_and_json(toy_runs, project, capsys):
-    from tasks.cli import main
+    from flows.cli import main
 
     assert main(["status"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("toy "))

@@ -72,7 +72,7 @@ def test_up_binds_loopback_and_down_stops_exactly_those(tmp_path):
 def test_remote_bind_needs_explicit_flag(tmp_path):
     env = dict(os.environ, PAPERLINE_ROOT=str(tmp_path))
     proc = subprocess.run(
-        [sys.executable, "-m", "tasks.cli", "up", "--host", "0.0.0.0"],
+        [sys.executable, "-m", "flows.cli", "up", "--host", "0.0.0.0"],
         cwd=ROOT,
         env=env,
         capture_output=True,

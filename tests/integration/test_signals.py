@@ -44,7 +44,7 @@ def _descendants(pid: int) -> list[psutil.Process]:
 def _start_training(project):
     """`paperline run` as a user starts it, returned once it is training (with its output so far)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tasks.cli", "run", "sleeping_rl", "--scale", "smoke", "--set", "episodes=400000"],
+        [sys.executable, "-m", "flows.cli", "run", "sleeping_rl", "--scale", "smoke", "--set", "episodes=400000"],
         cwd=ROOT,
         env=_user_env(project),
         stdout=subprocess.PIPE,

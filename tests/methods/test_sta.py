@@ -10,7 +10,6 @@ import pytest
 import torch
 
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
-os.environ.setdefault("TRITON_INTERPRET", "1")  # conftest sets it too; must precede the kernel import
 
 from models.base import ValidationError  # noqa: E402
 from models.common.runtime import set_threads  # noqa: E402
@@ -24,9 +23,9 @@ set_threads()
 
 
 def kernel():
-    from models.sta import pipeline
+    from models.sta.networks import load_kernel
 
-    return pipeline.load_kernel()
+    return load_kernel()
 
 
 # ----------------------------------------------------------------------------- geometry and the mask rule

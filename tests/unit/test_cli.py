@@ -16,7 +16,7 @@ def paperline(*args, root=None, check_empty=True, extra_env=None):
     env = dict(os.environ, **(extra_env or {}))
     if root is not None:
         env["PAPERLINE_ROOT"] = str(root)
-    return subprocess.run([sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_good_environment_passes_the_check(monkeypatch):
 def test_help_and_list_are_fast_imports():
     proc = paperline("--help")
     assert proc.returncode == 0 and "run" in proc.stdout and "stage" in proc.stdout
-    code = "import sys, tasks.cli; tasks.cli.build_parser(); print([m for m in ('torch','mlflow','prefect') if m in sys.modules])"
+    code = "import sys, flows.cli; flows.cli.build_parser(); print([m for m in ('torch','mlflow','prefect') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     listing = paperline("list")
@@ -125,12 +125,12 @@ def test_readme_lists_every_method():
 
 def test_run_from_a_fresh_checkout_creates_the_state_folders(tmp_path, monkeypatch):
     # Regression: Prefect's temporary server could not open its DB in a missing PREFECT_HOME.
-    from tasks import cli
+    from flows import cli
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
     monkeypatch.setenv("PREFECT_HOME", str(tmp_path / ".paperline" / "prefect"))
     calls = []
-    monkeypatch.setattr("tasks.cli._validate_run", lambda args: calls.append("validated") or ["x"])
+    monkeypatch.setattr("flows.cli._validate_run", lambda args: calls.append("validated") or ["x"])
     monkeypatch.setattr("tasks.servers.use_running_servers", lambda root: (_ for _ in ()).throw(SystemExit(0)))
     try:
         cli.main(["run", "x"])

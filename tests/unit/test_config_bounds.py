@@ -167,8 +167,8 @@ def count_field(slug: str) -> str:
 
 
 def _run_cli(args, root):
-    """``tasks.cli.main`` in this process with PAPERLINE_ROOT=root; a run that got past validation fails the test."""
-    from tasks import cli
+    """``flows.cli.main`` in this process with PAPERLINE_ROOT=root; a run that got past validation fails the test."""
+    from flows import cli
 
     def started(*_, **__):
         raise AssertionError(f"{args}: validation passed and a run was about to start")

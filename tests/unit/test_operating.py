@@ -2,8 +2,8 @@
 
 import pytest
 
+from flows.cli import main
 from models.common.runtime import trainer_settings
-from tasks.cli import main
 from tasks.config import ConfigError, check_override_targets, overrides_for
 
 

@@ -61,7 +61,7 @@ def _cli(root, *args, timeout=120):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MLFLOW_"))}
     env.update(PAPERLINE_ROOT=str(root), PREFECT_HOME=str(root / ".paperline" / "prefect"))
     return subprocess.run(
-        [sys.executable, "-m", "tasks.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "flows.cli", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
