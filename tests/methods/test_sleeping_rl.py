@@ -332,13 +332,9 @@ def test_config_rejects_bad_values(override):
 # ----------------------------------------------------------------------------- pipeline
 
 
-def test_smoke_pipeline(tmp_path):
-    from tasks import steps
-
-    cfg = SPEC.make_config("smoke")
-    steps.prepare(SPEC, cfg, tmp_path)
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("sleeping_rl")
+    cfg, artifacts, metrics, result = run.cfg, run.artifacts, run.metrics, run.claim
 
     assert set(artifacts.history) == {"method", "baseline"}
     assert len(artifacts.history["method"]) == 100 and artifacts.history["method"][-1]["step"] == cfg.episodes
@@ -357,12 +353,12 @@ def test_smoke_pipeline(tmp_path):
     assert [c.name for c in result.criteria] == ["sleeping_error_g2_p025", "ucbvi_excess_g2_p025", "gap_ratio_g2_p025"]
     for c in result.criteria:
         assert c.estimate == pytest.approx(result.figures[c.name]) and c.n_units == 1 and c.state != "holds"
-    ref = steps.load_data(SPEC, tmp_path)
+    ref = run.dataset
     assert ref.source == "synthetic" and "g2_p025" in ref.provenance
     assert {p.name for p in metrics.figures} == {"reward_curves.png", "cumulative_regret.png"}
     assert all(p.is_file() and p.stat().st_size > 10_000 for p in metrics.figures)
 
-    policy = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
+    policy = SPEC.module().load_model(cfg, run.layout.model_dir)
     actions = policy.predict(np.array([[0, 0, 1], [H - 1, 3, 1], [3, 2, 1 | 1 << RIGHT | 1 << UP]]))
     assert actions.shape == (3,) and actions[0] == STAY and actions[1] == STAY
     assert actions[2] in (RIGHT, UP, STAY)
