@@ -225,6 +225,7 @@ class SleepingUCBVI(OptimisticAgent):
 
 
 AGENTS = {"method": SleepingUCBVI, "baseline": UCBVI}
+VARIANTS = tuple(AGENTS)  # ("method", "baseline")
 
 
 # ----------------------------------------------------------------------------- training loop

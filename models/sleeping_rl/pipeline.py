@@ -54,11 +54,10 @@ from models.base import (
     user_data_path,
     write_manifest,
 )
-from models.common import plotting
 from models.common import verdicts as V
 from models.common.runtime import show_progress
 
-from .algorithm import AGENTS, GreedyPolicy, RunBatch, train_agent
+from .algorithm import AGENTS, VARIANTS, GreedyPolicy, RunBatch, train_agent
 from .config import Config, Setting
 from .data import (
     SleepingMDP,
@@ -69,6 +68,7 @@ from .data import (
     read_official_config,
     sleeping_policy_value,
 )
+from .plots import plot_regret, plot_rewards
 
 LAST_FRACTION = 0.1  # the claim's "last 10 % of episodes"
 TOLERANCE = 0.3  # the brief's 0.3 in criteria (i), (ii) and (iv)
@@ -78,7 +78,6 @@ BRIEF_TABLE = {
     (3, 0.25): (3.07, 1.30), (3, 0.5): (5.78, 4.13), (3, 1.0): (7.00, 7.00),
     (4, 0.25): (0.62, 0.10), (4, 1.0): (5.00, 5.00),
 }  # fmt: skip
-VARIANTS = ("method", "baseline")  # SleepingUCBVI, UCBVI
 
 # ----------------------------------------------------------------------------- data
 
@@ -277,7 +276,7 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     main = _main_setting(settings)
     for variant in VARIANTS:
         values[f"{variant}/last10_reward_main"] = values[f"{variant}/last10_reward_{main}"]
-    figures = [_plot_rewards(cfg, settings, runs, out_dir / "plots"), _plot_regret(settings, runs, out_dir / "plots")]
+    figures = [plot_rewards(cfg, settings, runs, out_dir / "plots"), plot_regret(settings, runs, out_dir / "plots")]
     return Metrics(values, figures)
 
 
@@ -287,67 +286,6 @@ def _policy_value(mdp: SleepingMDP, q_padded: np.ndarray, variant: str) -> float
     if AGENTS[variant].uses_availability:
         return float(sleeping_policy_value(mdp, q)[0, mdp.start])
     return float(agnostic_policy_value(mdp, q.argmax(axis=-1))[0, mdp.start])
-
-
-def _smooth(x: np.ndarray, window: int) -> np.ndarray:
-    window = max(1, min(window, x.shape[-1]))
-    kernel = np.ones(window) / window
-    return np.apply_along_axis(lambda row: np.convolve(row, kernel, mode="valid"), -1, np.atleast_2d(x))
-
-
-def _grid(n: int):
-    plt = plotting.pyplot()
-    cols = min(n, 3)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.axis("off")
-    return fig, axes.flat
-
-
-LABELS = {"method": ("SleepingUCBVI", "tab:blue"), "baseline": ("UCBVI", "tab:orange")}
-
-
-def _plot_rewards(cfg: Config, settings: list[dict], runs: dict, plots: Path) -> Path:
-    fig, axes = _grid(len(settings))
-    names = [str(n) for n in runs["run_setting"]]
-    for ax, s in zip(axes, settings):
-        rows = [i for i, n in enumerate(names) if n == s["name"]]
-        for variant in VARIANTS:
-            label, colour = LABELS[variant]
-            curves = _smooth(runs[f"rewards_{variant}"][rows], cfg.smooth_window)
-            x = np.arange(curves.shape[1]) + min(cfg.smooth_window, runs[f"rewards_{variant}"].shape[1])
-            for curve in curves:
-                ax.plot(x, curve, color=colour, alpha=0.25, lw=0.7)
-            ax.plot(x, curves.mean(axis=0), color=colour, lw=1.6, label=label)
-        ax.axhline(s["v_star"], color="k", ls="--", lw=1, label=f"V* = {s['v_star']:.2f}")
-        ax.axhline(s["v_agnostic"], color="grey", ls=":", lw=1.2, label=f"V*_agnostic = {s['v_agnostic']:.2f}")
-        ax.set_title(f"g={s['grid']}, p={s['safe_prob']:g} ({s['role']})")
-        ax.set_xlabel("episode")
-        ax.set_ylabel(f"reward ({cfg.smooth_window}-episode mean)")
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(f"StochasticFrozenLake, H={settings[0]['horizon']}, beta={cfg.bonus_scale:g}, {cfg.n_seeds} seed(s)")
-    return plotting.save(fig, plots / "reward_curves.png")
-
-
-def _plot_regret(settings: list[dict], runs: dict, plots: Path) -> Path:
-    fig, axes = _grid(len(settings))
-    names = [str(n) for n in runs["run_setting"]]
-    for ax, s in zip(axes, settings):
-        rows = [i for i, n in enumerate(names) if n == s["name"]]
-        for variant in VARIANTS:
-            label, colour = LABELS[variant]
-            rewards = runs[f"rewards_{variant}"][rows]
-            episodes = np.arange(1, rewards.shape[1] + 1)
-            regret = episodes * s["v_star"] - np.cumsum(rewards, axis=1)
-            for curve in regret:
-                ax.plot(episodes, curve, color=colour, alpha=0.25, lw=0.7)
-            ax.plot(episodes, regret.mean(axis=0), color=colour, lw=1.6, label=label)
-        ax.set_title(f"g={s['grid']}, p={s['safe_prob']:g} ({s['role']})")
-        ax.set_xlabel("episode k")
-        ax.set_ylabel("cumulative regret vs exact V*")
-        ax.legend(fontsize=7, loc="upper left")
-    return plotting.save(fig, plots / "cumulative_regret.png")
 
 
 # ----------------------------------------------------------------------------- claim
