@@ -1,6 +1,6 @@
-"""Core maths of the kernel-SGD study on the circle S^1 (numpy/torch, no Lightning).
+"""Core maths of the kernel-SGD study (numpy/torch, no Lightning): the circle S^1 and the sphere S^{d-1}.
 
-Kernel k(a, b) = sum_{k<=K} 2 lambda_k cos(k (a - b)), lambda_k = k^-beta, under the uniform law on
+Circle (fixed dimension d = 2). Kernel k(a, b) = sum_{k<=K} 2 lambda_k cos(k (a - b)), lambda_k = k^-beta, under the uniform law on
 [0, 2 pi). Its Mercer eigenfunctions are sqrt(2) cos(k theta), sqrt(2) sin(k theta) (eigenvalue
 lambda_k each), so the primal feature map
 
@@ -9,6 +9,16 @@ lambda_k each), so the primal feature map
 reproduces the kernel exactly (phi(a) . phi(b) = k(a, b)) and ||phi(theta)||^2 = 2 sum_k lambda_k for
 every theta (= sup_x K(x, x)). A model f(theta) = w . phi(theta) has L^2 coordinates sqrt(lambda_k) w
 in that orthonormal basis, so the excess risk ||f - f*||^2_{L^2} is an exact finite sum.
+
+Sphere S^{d-1} (high dimension, n ~ d^gamma). Inner-product kernel K(x, x') = Phi(<x, x'>) with
+Phi(t) = sum_{k<=L} mu_k N(d, k) P_k(t): P_k the Gegenbauer polynomial of degree k normalised to
+P_k(1) = 1, N(d, k) the number of degree-k spherical harmonics, mu_k = d^-k the eigenvalue of all of
+them (the large-d picture: N(d, k) ~ d^k, mu_k ~ d^-k). The addition theorem
+sum_m Y_km(x) Y_km(x') = N(d, k) P_k(<x, x'>) gives everything in closed form, with no explicit
+harmonic basis: SGD and KRR run in the dual (f = sum_i a_i K(x_i, .)), and for a target made of zonal
+harmonics f_k(x) = c_k sqrt(N(d, k)) P_k(<x, v_k>) (||f_k||_{L^2} = c_k) the excess risk is
+a' M a - 2 a' b + sum_k c_k^2 with M_ij = E_x K(x_i, x) K(x, x_j) = sum_k mu_k^2 N(d, k) P_k(<x_i, x_j>)
+and b_i = E_x K(x_i, x) f*(x) = sum_k mu_k f_k(x_i).
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+ESTIMATORS = ("exp_sgd", "avg_sgd", "krr")
+LABEL = {"exp_sgd": "exp-decay SGD (last iterate)", "avg_sgd": "const-step SGD (averaged)", "krr": "KRR (tuned ridge)"}
 
 # ----------------------------------------------------------------------------- spectral set-up
 
@@ -328,6 +341,166 @@ def _ridge_path(theta, y, coef, lam, ridges, ns, chunk) -> tuple[np.ndarray, np.
             risks[:, :, ns.index(stop)] = ((root * w - goal[:, None]) ** 2).sum(-1).cpu().numpy()
             final = w
     return risks, final.cpu().numpy()
+
+
+# ----------------------------------------------------------------------------- the sphere S^{d-1}
+
+
+def harmonic_dimension(dim: int, degree: int) -> int:
+    """N(d, k) = C(d+k-1, k) - C(d+k-3, k-2): the dimension of the degree-k spherical harmonics on S^{d-1}."""
+    if dim < 2 or degree < 0:
+        raise ValueError(f"harmonic_dimension needs dim >= 2 and degree >= 0, got dim={dim}, degree={degree}")
+    lower = math.comb(dim + degree - 3, degree - 2) if degree >= 2 else 0
+    return math.comb(dim + degree - 1, degree) - lower
+
+
+def harmonic_dimensions(dim: int, degree: int) -> np.ndarray:
+    """N(d, k) for k = 0..L."""
+    return np.array([harmonic_dimension(dim, k) for k in range(degree + 1)], dtype=np.float64)
+
+
+def sphere_eigenvalues(dim: int, degree: int) -> np.ndarray:
+    """mu_k = d^-k for k = 0..L: every degree carries a trace N(d, k) mu_k ~ 1/k!, bounded in d."""
+    return float(dim) ** -np.arange(degree + 1, dtype=np.float64)
+
+
+def sphere_kernel_diagonal(mu: np.ndarray, dim: int) -> float:
+    """K(x, x) = Phi(1) = sum_k mu_k N(d, k), the same for every x (= sup_x K(x, x))."""
+    return float((mu * harmonic_dimensions(dim, len(mu) - 1)).sum())
+
+
+def gegenbauer(t: torch.Tensor, dim: int, degree: int) -> torch.Tensor:
+    """P_0..P_L at t, shape (L+1,) + t.shape, normalised to P_k(1) = 1 (Legendre for d = 3,
+    cos(k arccos t) for d = 2): P_{k+1} = ((2k + d - 2) t P_k - k P_{k-1}) / (k + d - 2)."""
+    out = [torch.ones_like(t), t]
+    for k in range(1, degree):
+        out.append(((2 * k + dim - 2) * t * out[k] - k * out[k - 1]) / (k + dim - 2))
+    return torch.stack(out[: degree + 1])
+
+
+def zonal(t: torch.Tensor, weights: torch.Tensor, dim: int) -> torch.Tensor:
+    """sum_k weights_k P_k(t) at every entry of t (t clipped to [-1, 1] against round-off)."""
+    polys = gegenbauer(t.clamp(-1.0, 1.0), dim, len(weights) - 1)
+    return torch.tensordot(weights, polys, dims=1)
+
+
+def sphere_kernel(x: torch.Tensor, z: torch.Tensor, mu: torch.Tensor, dim: int) -> torch.Tensor:
+    """K(x_i, z_j) = Phi(<x_i, z_j>), Phi = sum_k mu_k N(d, k) P_k."""
+    counts = torch.as_tensor(harmonic_dimensions(dim, len(mu) - 1), dtype=mu.dtype, device=mu.device)
+    return zonal(x @ z.T, mu * counts, dim)
+
+
+def sphere_kernel_square(x: torch.Tensor, z: torch.Tensor, mu: torch.Tensor, dim: int) -> torch.Tensor:
+    """M(x_i, z_j) = E_u K(x_i, u) K(u, z_j) = sum_k mu_k^2 N(d, k) P_k(<x_i, z_j>) (Funk-Hecke)."""
+    return sphere_kernel(x, z, mu**2, dim)
+
+
+def zonal_target(
+    x: torch.Tensor, directions: torch.Tensor, amplitude: torch.Tensor, dim: int, filt: torch.Tensor | None = None
+) -> torch.Tensor:
+    """f*(x) = sum_k filt_k c_k sqrt(N(d, k)) P_k(<x, v_k>): ``amplitude`` c (L+1,), ``directions`` v (L+1, d).
+
+    With ``filt = mu`` this is b(x) = E_u K(x, u) f*(u), since each f_k is an eigenfunction (eigenvalue mu_k)."""
+    degree = len(amplitude) - 1
+    counts = torch.as_tensor(harmonic_dimensions(dim, degree), dtype=x.dtype, device=x.device)
+    polys = gegenbauer((x @ directions.T).clamp(-1.0, 1.0), dim, degree)  # (L+1, ..., L+1)
+    own = torch.stack([polys[k, ..., k] for k in range(degree + 1)], dim=-1)  # P_k(<x, v_k>)
+    scale = amplitude * counts.sqrt() * (1.0 if filt is None else filt)
+    return own @ scale
+
+
+def source_amplitudes(source: float, mu: np.ndarray) -> np.ndarray:
+    """c_k = mu_k^(s/2): every degree sits on the edge of the [H]^s ball (sum_k c_k^2 / mu_k^s = L + 1)."""
+    return mu ** (source / 2.0)
+
+
+def dual_risk(coef: torch.Tensor, msq: torch.Tensor, b: torch.Tensor, f_norm_sq: torch.Tensor) -> torch.Tensor:
+    """||sum_i a_i K(x_i, .) - f*||^2_{L^2} = a' M a - 2 a' b + ||f*||^2 for coef (..., n); msq (n, n), b (..., n)."""
+    return ((coef @ msq) * coef).sum(-1) - 2.0 * (coef * b).sum(-1) + f_norm_sq
+
+
+def averaged_coefficients(coef: torch.Tensor, n: int) -> torch.Tensor:
+    """Dual coefficients of (1/n) sum_{t<=n} f_t from those of the constant-step run: f_t = sum_{i<=t} a_i K_i,
+    so sample i (0-based) enters n - i of the n iterates."""
+    weights = (n - torch.arange(n, dtype=coef.dtype, device=coef.device)) / n
+    return coef[..., :n] * weights
+
+
+@dataclass
+class DualSGDRuns:
+    """Dual coefficients of every single-pass SGD run on one stream, shape (targets, runs, n_max).
+
+    Rows: the step-decay run of length n for each (n, eta0), ordered n-major (row j * E + e), then the
+    constant-step runs, one per eta0 (row J * E + e), whose averaged iterates come from
+    ``averaged_coefficients``."""
+
+    coef: torch.Tensor
+    ns: list[int]
+    n_eta: int
+
+    def step_decay(self, j: int) -> torch.Tensor:
+        """(targets, E, n_j): the step-decay runs of length ns[j]."""
+        n = self.ns[j]
+        return self.coef[:, j * self.n_eta : (j + 1) * self.n_eta, :n]
+
+    def averaged(self, j: int) -> torch.Tensor:
+        """(targets, E, n_j): the uniform average of the first ns[j] constant-step iterates."""
+        start = len(self.ns) * self.n_eta
+        return averaged_coefficients(self.coef[:, start : start + self.n_eta], self.ns[j])
+
+
+def dual_sgd(gram: torch.Tensor, y: torch.Tensor, eta0: torch.Tensor, ns: Sequence[int]) -> DualSGDRuns:
+    """Single-pass kernel SGD f_t = f_{t-1} - eta_t (f_{t-1}(x_t) - y_t) K(x_t, .), f_0 = 0, in the dual.
+
+    f_t = sum_{i<=t} a_i K(x_i, .) and step t only sets a_t = eta_t (y_t - f_{t-1}(x_t)): earlier
+    coefficients never change, so one pass costs O(n^2) kernel products. gram: (N, N) on the stream's
+    points; y: (T, N) targets sharing the stream; eta0: (E,). Every run sees the same first n samples.
+    A finished step-decay run has eta_t = 0, so its later coefficients stay 0."""
+    with one_thread():
+        ns = sorted(int(n) for n in ns)
+        n_targets, total = y.shape
+        if ns[-1] > total or gram.shape != (total, total):
+            raise ValueError(f"largest n {ns[-1]} / gram {tuple(gram.shape)} do not fit a stream of length {total}")
+        steps = torch.arange(ns[-1], dtype=y.dtype, device=y.device)
+        decayed = [step_decay(steps[None, :], n, eta0[:, None]) * (steps < n) for n in ns]
+        eta = torch.cat([*decayed, eta0[:, None].expand(-1, ns[-1])])  # (R, N)
+        # Layout (step, target, run): the prefix [:t] is contiguous, so each step is one gemv.
+        coef = torch.zeros(ns[-1], n_targets, eta.shape[0], dtype=y.dtype, device=y.device)
+        flat = coef.view(ns[-1], -1)
+        for t in range(ns[-1]):
+            prediction = (gram[t, :t] @ flat[:t]).view(n_targets, -1)
+            coef[t] = eta[:, t] * (y[:, t : t + 1] - prediction)
+        return DualSGDRuns(coef.permute(1, 2, 0).contiguous(), ns, len(eta0))
+
+
+def dual_ridge_path(gram: torch.Tensor, y: torch.Tensor, ridges: torch.Tensor, n: int) -> torch.Tensor:
+    """KRR on the first n samples for every ridge: a = (K_n + n lambda I)^-1 y_n, argmin of
+    (1/n) sum (f(x_i) - y_i)^2 + lambda ||f||_H^2, by one eigendecomposition. y: (T, N). Returns (T, L, n)."""
+    with one_thread():
+        evals, evecs = torch.linalg.eigh(gram[:n, :n])
+        rotated = y[:, :n] @ evecs  # (T, n)
+        scaled = rotated[:, None, :] / (evals.clamp_min(0.0) + n * ridges[:, None])  # (T, L, n)
+        return scaled @ evecs.T
+
+
+@dataclass
+class SphereEstimator:
+    """A function estimate f(x) = sum_i a_i K(x_i, x) on S^{d-1} (a tuned sphere model)."""
+
+    support: np.ndarray  # (n, d) the training points
+    coef: np.ndarray  # (n,) dual coefficients
+    eigenvalues: np.ndarray  # (L+1,) mu_k
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """f at points of S^{d-1}, shape (m, d)."""
+        dim = self.support.shape[1]
+        gram = sphere_kernel(
+            torch.as_tensor(np.asarray(x, dtype=np.float64)),
+            torch.from_numpy(self.support),
+            torch.from_numpy(self.eigenvalues),
+            dim,
+        )
+        return gram.numpy() @ self.coef
 
 
 # ----------------------------------------------------------------------------- tuning, slopes, theory

@@ -1,5 +1,6 @@
-"""Core maths of kernel_sgd: kernel/feature map, exact risk, step-decay schedule, SGD vs dual
-kernel SGD, KRR vs scikit-learn, moment Gram matrix, tuning and slopes; plus the smoke pipeline."""
+"""Core maths of kernel_sgd on the circle: kernel/feature map, exact risk, step-decay schedule, SGD vs dual
+kernel SGD, KRR vs scikit-learn, moment Gram matrix, tuning and slopes; plus the smoke pipeline and the
+claim on hand-built metrics. The sphere maths is tested in ``test_kernel_sgd_sphere.py``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 from models.base import Metrics, ValidationError  # noqa: E402
 from models.kernel_sgd import SPEC  # noqa: E402
 from models.kernel_sgd import algorithm as alg  # noqa: E402
+from models.kernel_sgd.data import sphere_sample_sizes  # noqa: E402
 from models.kernel_sgd.pipeline import RISK_RATIO_MAX  # noqa: E402
 
 BETA = 1.5
@@ -225,19 +227,39 @@ def test_smoke_pipeline(tmp_path):
     cfg = SPEC.make_config("smoke")
     ref = steps.prepare(SPEC, cfg, tmp_path)
     assert {t["name"] for t in ref.meta["targets"]} == {"top", "s1"} and ref.meta["synthetic"]
-    assert ref.source == "synthetic" and "S^1" in ref.provenance
+    assert ref.source == "synthetic" and "S^1" in ref.provenance and "sphere" in ref.provenance
+    sphere = ref.meta["sphere"]
+    assert [t["name"] for t in sphere["targets"]] == ["sphere_s2", "sphere_s1"]
+    assert sphere["n"] == [6, 15, 36, 88] and np.allclose(sphere["gamma"], [1.0, 1.5, 2.0, 2.5], atol=0.02)
     artifacts = steps.train(SPEC, cfg, tmp_path)
     ns = ref.meta["n"]
-    assert set(artifacts.history) >= {"method", "baseline", "baseline_krr", "method_s1", "trace_method"}
+    assert set(artifacts.history) >= {
+        "method",
+        "baseline",
+        "baseline_krr",
+        "method_s1",
+        "trace_method",
+        "method_sphere_s2",
+        "baseline_krr_sphere_s1",
+    }
+    assert [r["step"] for r in artifacts.history["method_sphere_s2"]] == sphere["n"]
     assert [r["step"] for r in artifacts.history["method"]] == ns
     assert all(0 < r["tuned_eta0_norm"] < 1 for r in artifacts.history["method"])
     metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
     assert not metrics.non_finite()
-    for key in ("method/excess_risk", "baseline/excess_risk", "baseline_krr/excess_risk", "method/s1_slope"):
+    for key in (
+        "method/excess_risk",
+        "baseline/excess_risk",
+        "baseline_krr/excess_risk",
+        "method/s1_slope",
+        "method/sphere_s2_excess_risk",
+        "baseline_krr/sphere_s1_local_slope",
+    ):
         assert key in metrics.values
     assert metrics["method/excess_risk"] == pytest.approx(artifacts.history["method"][-1]["excess_risk"])
     assert {p.name for p in metrics.figures} == {
         "learning_curves.png",
+        "sphere_learning_curves.png",
         "risk_vs_iteration.png",
         "tuned_hyperparameters.png",
     }
@@ -247,14 +269,26 @@ def test_smoke_pipeline(tmp_path):
     assert claim.figures["risk_ratio_exp_vs_best_baseline"] == pytest.approx(ratio)
     # The criteria rebuild today's numbers from the per-seed keys: max of the two ratios = ratio vs the best
     # baseline, and the bootstrap's point estimate = the slope gap of the seed-mean curves.
-    assert {c.name for c in claim.criteria} == {"risk_ratio_vs_avg_sgd", "risk_ratio_vs_krr", "slope_gap_vs_krr"}
+    assert {c.name for c in claim.criteria} == {
+        "risk_ratio_vs_avg_sgd",
+        "risk_ratio_vs_krr",
+        "slope_gap_vs_krr",
+        "sphere_risk_ratio_vs_avg_sgd",
+        "sphere_risk_ratio_vs_krr",
+    }
     ratios = [claim.criterion(f"risk_ratio_vs_{b}") for b in ("avg_sgd", "krr")]
     assert max(c.estimate for c in ratios) == pytest.approx(ratio)
     gap = claim.criterion("slope_gap_vs_krr")
     assert gap.estimate == pytest.approx(metrics["method/slope_minus_krr_slope"])
     assert all(c.n_units == cfg.data.top_seeds and c.low <= c.estimate <= c.high for c in claim.criteria)
+    # The sphere ratio criteria's estimate = the geometric-mean ratio evaluate reports.
+    for base in ("avg_sgd", "krr"):
+        assert claim.criterion(f"sphere_risk_ratio_vs_{base}").estimate == pytest.approx(
+            metrics[f"method/sphere_s2_judged_ratio_vs_{base}"]
+        )
     rows = (tmp_path / "outputs" / "kernel_sgd" / "learning_curves.csv").read_text().splitlines()
-    assert len(rows) == 1 + 3 * len(ns) * (cfg.data.top_seeds + cfg.data.source_seeds)
+    sphere_rows = 3 * len(sphere["n"]) * cfg.data.sphere.seeds * len(cfg.data.sphere.sources)
+    assert len(rows) == 1 + 3 * len(ns) * (cfg.data.top_seeds + cfg.data.source_seeds) + sphere_rows
     json.loads((tmp_path / "outputs" / "kernel_sgd" / "grid_edges.json").read_text())
     model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "kernel_sgd" / "model")
     assert model.predict(np.linspace(0, 1, 7)).shape == (7,)
@@ -263,12 +297,28 @@ def test_smoke_pipeline(tmp_path):
     assert alg.excess_risk(model.weights, coef, model.eigenvalues) == pytest.approx(
         float(seed0.split(",")[4]), rel=1e-6
     )
+    sphere_model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "kernel_sgd" / "model", "sphere_s2", "krr")
+    assert sphere_model.coef.shape == (sphere["n"][-1],) and sphere_model.support.shape == (88, 6)
 
 
-def _claim_metrics(cfg, exp_risk, avg_risk, krr_risk):
-    """Hand-built metrics: per-seed risk curves (n, seed) for the claim target, other keys filler."""
+def sphere_curves(cfg, ratio, spread=0.02, seed=1):
+    """(exp, avg, krr) per-seed sphere risks (n, seed): baselines ~ n^-0.5, the method ``ratio`` x them
+    (``ratio`` a number or a per-seed array), each seed wobbling by ``spread``."""
+    ns = np.asarray(sphere_sample_sizes(cfg.data.sphere), dtype=float)
+    wobble = 1.0 + spread * np.random.default_rng(seed).standard_normal((len(ns), cfg.data.sphere.seeds))
+    base = ns[:, None] ** -0.5 * wobble
+    return np.asarray(ratio) * base, base.copy(), base.copy()
+
+
+def _claim_metrics(cfg, exp_risk, avg_risk, krr_risk, sphere=None, sphere_fraction=0.01):
+    """Hand-built metrics: per-seed risk curves (n, seed) for the circle's claim target and, from ``sphere``
+    (exp, avg, krr curves; default: the method at 0.3x the baselines), for the sphere's; other keys filler.
+    ``sphere_fraction``: KRR's sphere risk at n_max over ||f*||^2 (the learns-task gate)."""
     ns = [2**j for j in range(cfg.data.log2_n_min, cfg.data.log2_n_max + 1)]
     values = {
+        "check/sphere_mc_max_abs_z": 1.0,
+        "check/sphere_max_eta0_norm": 0.5,
+        "check/sphere_risk_decreases": 1.0,
         "check/quadrature_rel_err": 0.0,
         "check/table_rel_err": 0.0,
         "check/mc_max_abs_z": 1.0,
@@ -291,6 +341,20 @@ def _claim_metrics(cfg, exp_risk, avg_risk, krr_risk):
         for j, n in enumerate(ns):
             for seed in range(risk.shape[1]):
                 values[f"{variant}/seed{seed}/excess_risk_n{n}"] = float(risk[j, seed])
+    sphere_ns = sphere_sample_sizes(cfg.data.sphere)
+    sphere = sphere or sphere_curves(cfg, 0.3)
+    fractions = {"method": 0.01, "baseline": 0.01, "baseline_krr": sphere_fraction}
+    for variant, risk in zip(("method", "baseline", "baseline_krr"), sphere):
+        for source in cfg.data.sphere.sources:
+            name = f"sphere_s{source:g}"
+            values[f"{variant}/{name}_excess_risk"] = 0.01
+            values[f"{variant}/{name}_local_slope"] = -0.5
+            values[f"{variant}/{name}_risk_fraction_nmax"] = fractions[variant]
+            if variant == "method":
+                values[f"method/{name}_judged_ratio_vs_avg_sgd"] = values[f"method/{name}_judged_ratio_vs_krr"] = 1.0
+        for j, n in enumerate(sphere_ns):
+            for seed in range(risk.shape[1]):
+                values[f"{variant}/sphere_s2/seed{seed}/excess_risk_n{n}"] = float(risk[j, seed])
     return Metrics(values)
 
 
@@ -305,7 +369,7 @@ def test_claim_criteria_hold_fail_or_straddle_with_the_seeds():
     # Clearly holds: risk 0.3x the baselines with a slope of -1 (gap -0.25) on every seed.
     fast = 0.3 * 1e-1 * ns[0] ** 0.25 * ns[:, None] ** -1.0 * wobble
     result = claim(cfg, _claim_metrics(cfg, fast, saturated, saturated))
-    assert result.verdict == "holds", [c.describe() for c in result.criteria]
+    assert result.verdict == "holds" and result.sane, [c.describe() for c in result.criteria]
     assert result.criterion("slope_gap_vs_krr").estimate == pytest.approx(-0.25, abs=0.02)
     # Clearly fails: the method equals the baseline (ratio ~1, gap ~0).
     result = claim(cfg, _claim_metrics(cfg, saturated, saturated, saturated))
@@ -318,3 +382,42 @@ def test_claim_criteria_hold_fail_or_straddle_with_the_seeds():
     ratio = result.criterion("risk_ratio_vs_krr")
     assert ratio.low < RISK_RATIO_MAX < ratio.high and ratio.state == "inconclusive"
     assert result.verdict in ("inconclusive", "fails")
+
+
+def test_claim_sphere_criteria_hold_fail_or_straddle_and_the_learns_task_gate():
+    from models.kernel_sgd.pipeline import claim
+
+    cfg = SPEC.make_config("default")
+    ns = 2.0 ** np.arange(cfg.data.log2_n_min, cfg.data.log2_n_max + 1)
+    seeds = cfg.data.top_seeds
+    wobble = 1.0 + 0.02 * np.random.default_rng(0).standard_normal((len(ns), seeds))
+    saturated = 1e-1 * ns[:, None] ** -0.75 * wobble
+    fast = 0.3 * 1e-1 * ns[0] ** 0.25 * ns[:, None] ** -1.0 * wobble  # the circle criteria hold
+    names = ("sphere_risk_ratio_vs_avg_sgd", "sphere_risk_ratio_vs_krr")
+
+    # 0.3x on every seed and sample size: the geometric-mean ratio is 0.3 with a narrow interval.
+    result = claim(cfg, _claim_metrics(cfg, fast, saturated, saturated, sphere_curves(cfg, 0.3)))
+    assert all(result.criterion(n).state == "holds" for n in names) and result.verdict == "holds"
+    assert result.criterion("sphere_risk_ratio_vs_krr").estimate == pytest.approx(0.3, rel=0.02)
+    assert result.criterion("sphere_risk_ratio_vs_krr").n_units == cfg.data.sphere.seeds
+    # Parity: ratio ~1, the whole interval above 0.75, so the claim fails though the circle holds.
+    result = claim(cfg, _claim_metrics(cfg, fast, saturated, saturated, sphere_curves(cfg, 1.0)))
+    assert all(result.criterion(n).state == "fails" for n in names) and result.verdict == "fails"
+    # 0.3x or 1.2x on alternate seeds: seed means give a ratio of 0.75, and the seed bootstrap straddles it.
+    halves = np.where(np.arange(cfg.data.sphere.seeds) % 2 == 0, 0.3, 1.2)
+    result = claim(cfg, _claim_metrics(cfg, fast, saturated, saturated, sphere_curves(cfg, halves)))
+    ratio = result.criterion("sphere_risk_ratio_vs_krr")
+    assert ratio.low < RISK_RATIO_MAX < ratio.high and ratio.state == "inconclusive"
+    assert result.verdict == "inconclusive"
+    # Only the judged gamma range counts: a method 10x worse outside it leaves the criterion unchanged.
+    exp, avg, krr = sphere_curves(cfg, 0.3)
+    gamma = np.log(sphere_sample_sizes(cfg.data.sphere)) / np.log(cfg.data.sphere.dim)
+    outside = (gamma < cfg.sphere.judged_gamma[0] - 1e-9) | (gamma > cfg.sphere.judged_gamma[1] + 1e-9)
+    assert outside.any()
+    exp[outside] *= 33.0
+    result = claim(cfg, _claim_metrics(cfg, fast, saturated, saturated, (exp, avg, krr)))
+    assert result.criterion("sphere_risk_ratio_vs_krr").estimate == pytest.approx(0.3, rel=0.02)
+    # A KRR that does not learn the sphere target (risk above half the zero predictor's) fails the gate.
+    result = claim(cfg, _claim_metrics(cfg, fast, saturated, saturated, sphere_fraction=0.8))
+    assert not result.sane and result.sanity["sphere_baseline_krr_learns_task_<=0.5"] is False
+    assert result.sanity["sphere_method_learns_task_<=0.5"] is True
