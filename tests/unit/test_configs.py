@@ -148,7 +148,7 @@ RELPATH_FIELDS = [(slug, key) for slug, spec in METHODS.items() for key in _relp
 
 def test_relpath_fields_are_found():
     # Guards the walk above: a change in how pydantic stores metadata must not empty the list below.
-    assert {("fair_icp", "data.raw_path"), ("sbg", "data.user_trajectory")} <= set(RELPATH_FIELDS)
+    assert {("sleeping_rl", "data.official_config_dir"), ("sbg", "data.user_trajectory")} <= set(RELPATH_FIELDS)
 
 
 @pytest.mark.parametrize(("slug", "key"), RELPATH_FIELDS, ids=[f"{s}:{k}" for s, k in RELPATH_FIELDS])
