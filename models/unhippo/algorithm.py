@@ -166,8 +166,18 @@ def unhippo_parameters(
 
 
 def channel_steps(min_t: float, max_t: float, channels: int) -> torch.Tensor:
-    """Per-channel step/timescale, log-spaced in [min_t, max_t] (float; callers floor it for steps)."""
+    """Per-channel timescale, log-spaced in [min_t, max_t] (float64; LSSL uses it as is)."""
     return torch.logspace(np.log10(min_t), np.log10(max_t), channels, dtype=F64)
+
+
+def kalman_steps(min_t: float, max_t: float, channels: int) -> torch.Tensor:
+    """UnLSSL's per-channel Kalman step: the log-spaced timescales truncated to integers.
+
+    The official ``torch.logspace(log10 min_t, log10 max_t, H, dtype=long)`` equals this whenever
+    both exponents are integers (every official config; the default's [1, 100]); for fractional
+    ones torch truncates the exponents themselves, which this does not copy.
+    """
+    return channel_steps(min_t, max_t, channels).floor().long()
 
 
 def unlssl_parameters(
@@ -180,7 +190,7 @@ def unlssl_parameters(
     method: UnHiPPODiscretisation = "expm",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed UnLSSL layer: channel c frozen at Kalman step s_c = floor(logspace(min_t, max_t))."""
-    steps = channel_steps(min_t, max_t, channels).round().long()  # round: 49.99999 is step 50
+    steps = kalman_steps(min_t, max_t, channels)
     a_bar, gain, _ = unhippo_parameters(n, int(max_t) + 1, obs_sigma2, trans_sigma2, method)
     return a_bar[steps], gain[steps]
 
@@ -201,7 +211,7 @@ def krylov(length: int, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def causal_conv(kernel: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """y_t = sum_{l<=t} kernel_l x_{t-l} along the last axis, via zero-padded FFTs."""
     length = x.shape[-1]
-    n_fft = 2 * length
+    n_fft = 1 << (2 * length - 1).bit_length()  # >= 2L (no wrap-around), a power of two (fast FFT)
     spectrum = torch.fft.rfft(kernel, n=n_fft) * torch.fft.rfft(x, n=n_fft)
     return torch.fft.irfft(spectrum, n=n_fft)[..., :length]
 
@@ -248,3 +258,9 @@ def unhippo_final_state(signals: torch.Tensor, n: int, obs_sigma2: float, trans_
     """Time-varying UnHiPPO posterior mean over signals (batch, T): final coefficients (batch, n)."""
     a_bar, gain, _ = unhippo_parameters(n, signals.shape[-1], obs_sigma2, trans_sigma2)
     return unroll(a_bar, gain, signals.to(F64))[..., -1, :]
+
+
+def e1_signal(length: int) -> np.ndarray:
+    """The brief's E1 test signal f(t) = sin(6 pi t/T) exp(-t/T) on t = 0..T-1."""
+    t = np.arange(length)
+    return np.sin(6 * np.pi * t / length) * np.exp(-t / length)

@@ -186,13 +186,19 @@ def test_observation_noise_limits():
     assert gain_inf.abs().max() < 1e-20
 
 
-def test_unlssl_channels_take_the_kalman_pair_at_their_logspaced_step():
+def test_unlssl_channels_take_the_kalman_pair_at_their_truncated_logspaced_step():
     n, channels = 8, 5
-    a_ch, k_ch = al.unlssl_parameters(n, 2.0, 50.0, channels, 1e6)
-    a_bar, gain, _ = al.unhippo_parameters(n, 51, 1e6)
-    steps = [2, 4, 10, 22, 50]  # round(2 * 25 ** (c / 4)) = round(2, 4.47, 10, 22.4, 50 - float error)
+    a_ch, k_ch = al.unlssl_parameters(n, 1.0, 100.0, channels, 1e6)
+    a_bar, gain, _ = al.unhippo_parameters(n, 101, 1e6)
+    steps = [1, 3, 10, 31, 100]  # floor(10 ** (c / 2)): 1, 3.16, 10, 31.6, 100 (truncated, not rounded)
     for c, s in enumerate(steps):
         assert torch.equal(a_ch[c], a_bar[s]) and torch.equal(k_ch[c], gain[s])
+
+
+@pytest.mark.parametrize(("low", "high", "channels"), [(10, 1000, 128), (1, 100, 16), (1, 100, 128), (10, 1000, 7)])
+def test_kalman_steps_equal_the_official_integer_logspace(low, high, channels):
+    official = torch.logspace(np.log10(low), np.log10(high), channels, dtype=torch.long)  # layers.py, UnLSSLLayer
+    assert torch.equal(al.kalman_steps(low, high, channels), official)
 
 
 # ----------------------------------------------------------------------------- kernels and layers
@@ -306,7 +312,9 @@ def test_fsd_loader_reads_the_release_layout_loops_and_crops(tmp_path, monkeypat
             for take in (1, 2):
                 write_wav(rec / f"{digit}_{s}_{take}.wav", np.linspace(-0.5, 0.5, 12))
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
-    cfg = Config.for_scale("smoke", {"data.fsd_dir": "fsd", "data.fsd_length": 8})
+    cfg = Config.for_scale(
+        "smoke", {"data.fsd_dir": "fsd", "data.fsd_length": 8, "data.downsample": 1, "data.every_nth_clip": 1}
+    )
     (tmp_path / "prepared").mkdir()
     ref = SPEC.module().prepare(cfg, tmp_path / "prepared")
     assert not ref.meta["synthetic"] and ref.meta["length"] == 8
@@ -314,14 +322,92 @@ def test_fsd_loader_reads_the_release_layout_loops_and_crops(tmp_path, monkeypat
     assert [ref.meta[f"n_{s}"] for s in data_mod.SPLITS] == [18, 6, 6]
 
 
+def write_release_tar(path, clips: dict[str, np.ndarray]) -> None:
+    """A tar of a ``recordings/`` folder, the layout of the committed ``fsdd/recordings.tar``."""
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tar:
+        folder = tarfile.TarInfo("recordings")
+        folder.type = tarfile.DIRTYPE
+        tar.addfile(folder)
+        for name, samples in clips.items():
+            buffer = io.BytesIO()
+            with wave.open(buffer, "wb") as fh:
+                fh.setnchannels(1)
+                fh.setsampwidth(2)
+                fh.setframerate(8000)
+                fh.writeframes((np.asarray(samples) * 32767).astype("<i2").tobytes())
+            info = tarfile.TarInfo(f"recordings/{name}")
+            info.size = buffer.tell()
+            buffer.seek(0)
+            tar.addfile(info, buffer)
+
+
+def test_fsd_archive_loader_matches_the_folder_loader(tmp_path):
+    rng = np.random.default_rng(0)
+    clips = {
+        f"{d}_{s}_{i}.wav": rng.uniform(-0.5, 0.5, 5 + 7 * d + i)
+        for d in (3, 7)
+        for s in ("jackson", "yweweler")
+        for i in (0, 1)
+    }
+    write_release_tar(tmp_path / "recordings.tar", clips)
+    (tmp_path / "release" / "recordings").mkdir(parents=True)
+    for name, samples in clips.items():
+        write_wav(tmp_path / "release" / "recordings" / name, samples)
+    X, y, who = data_mod.load_fsd_archive(tmp_path / "recordings.tar", length=16)
+    X2, y2, who2 = data_mod.load_fsd(tmp_path / "release", length=16)
+    np.testing.assert_array_equal(X, X2)
+    assert y.tolist() == y2.tolist() == [3, 3, 3, 3, 7, 7, 7, 7] and who.tolist() == who2.tolist()
+    first = clips["3_jackson_0.wav"]  # 5 samples looped to 16, 16-bit quantised
+    np.testing.assert_allclose(X[0], np.tile(first, 4)[:16], atol=2 / 32767)
+    assert len(data_mod.load_fsd_archive(tmp_path / "recordings.tar", 16, every_nth=3)[1]) == 3
+
+
+def test_downsampling_keeps_the_low_band_and_removes_what_would_alias():
+    t = np.arange(4000) / 8000
+    low, high = np.sin(2 * np.pi * 100 * t), np.sin(2 * np.pi * 1500 * t)  # new Nyquist at 8x: 500 Hz
+    out = data_mod.downsample(np.stack([low, high]), 8)
+    assert out.shape == (2, 500)
+    inner = slice(50, 450)  # away from the filter's edge transients
+    np.testing.assert_allclose(out[0, inner], low[::8][inner], atol=0.02)
+    assert np.abs(out[1, inner]).max() < 0.02
+    assert data_mod.downsample(low[None], 1) is not None and np.array_equal(
+        data_mod.downsample(low[None], 1), low[None]
+    )
+
+
+def test_prepare_refuses_a_corrupt_recordings_archive(tmp_path, monkeypatch):
+    from models.common.raw_data import COMMITTED, RawDataError
+
+    (tmp_path / "data" / "raw" / "fsdd").mkdir(parents=True)
+    (tmp_path / "data" / "raw" / "fsdd" / "recordings.tar").write_bytes(b"not the recordings")
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "prepared").mkdir()
+    with pytest.raises(RawDataError, match=COMMITTED["fsdd/recordings.tar"].sha256):
+        SPEC.module().prepare(Config.for_scale("smoke"), tmp_path / "prepared")
+
+
 def test_config_rejects_bad_values():
     with pytest.raises(ValidationError):
-        Config.for_scale("smoke", {"unhippo.obs_sigma2": 0.0})
+        Config.for_scale("smoke", {"unhippo.obs_sigma2_grid": [0.0]})
     with pytest.raises(ValidationError):
+        Config.for_scale("smoke", {"train.lr_grid": []})
+    with pytest.raises(ValidationError, match="claim_train_noise"):
         Config.for_scale("smoke", {"claim_train_noise": 0.3})
     with pytest.raises(ValidationError):
         Config.for_scale("smoke", {"train_noises": [0.5]})
-    assert Config.for_scale("paper").claim_train_noise in Config.for_scale("paper").train_noises
+    with pytest.raises(ValidationError, match="downsample"):
+        Config.for_scale("smoke", {"data.fsd_length": 16, "data.downsample": 8})
+    with pytest.raises(ValidationError):
+        Config.for_scale("smoke", {"data.source": "speech_commands"})
+    paper = Config.for_scale("paper")
+    assert paper.claim_train_noise in paper.train_noises and len(paper.eval_noises) == 14
+    assert paper.data.fsd_length == 8000 and paper.data.downsample == 1 and paper.model.n == 128
+    default = Config()
+    assert default.model.n == 128 and default.train.n_seeds == 3 and default.data.source == "fsdd"
+    assert set(default.eval_noises) <= set(paper.eval_noises) and set(default.train_noises) <= set(paper.train_noises)
 
 
 # ----------------------------------------------------------------------------- the whole pipeline at smoke scale
@@ -332,19 +418,33 @@ def test_smoke_pipeline(tmp_path):
 
     cfg = SPEC.make_config("smoke")
     ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert ref.meta["length"] == cfg.data.length and ref.meta["synthetic"]
-    assert ref.meta["source"] == "synthetic" and "make_waveforms" in ref.meta["provenance"]
+    assert ref.meta["length"] == 100 and not ref.meta["synthetic"] and ref.meta["source"] == "real"
+    assert "recordings.tar" in ref.meta["provenance"] and [ref.meta[f"n_{s}"] for s in data_mod.SPLITS] == [180, 60, 60]
     artifacts = steps.train(SPEC, cfg, tmp_path)
-    expected = {f"{v}_train{tn:g}" for v in ("baseline", "method") for tn in cfg.train_noises}
-    assert set(artifacts.history) == expected
+    # Selection fits (lr per arm, then sigma^2) are the seed-0 runs at the claim noise; the clean runs reuse the choice.
+    tn = cfg.claim_train_noise
+    chosen = json.loads((tmp_path / "outputs" / "unhippo" / "model" / "chosen.json").read_text())["chosen"]
+    assert set(artifacts.history) == {
+        f"baseline_train{tn:g}_seed0_lr0.01",
+        f"method_train{tn:g}_seed0_lr0.01_s21e+06",
+        f"method_train{tn:g}_seed0_lr0.01_s21e+04",
+        "baseline_train0_seed0_lr0.01",
+        f"method_train0_seed0_lr0.01_s2{chosen['method']['obs_sigma2']:.0e}",
+    }
     assert all(math.isfinite(r["train/loss"]) for recs in artifacts.history.values() for r in recs if "train/loss" in r)
+    assert all(
+        0 <= artifacts.summary[f"final/{a}_train0_seed0/best_epoch"] < cfg.train.max_epochs
+        for a in ("baseline", "method")
+    )
     metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
     v = metrics.values
-    for variant in ("method", "baseline"):
-        for tn in cfg.train_noises:
+    for arm in ("method", "baseline"):
+        for train_noise in cfg.train_noises:
             for en in cfg.eval_noises:
-                assert 0.0 <= v[f"{variant}/acc_train{tn:g}_eval{en:g}"] <= 1.0
+                assert 0.0 <= v[f"{arm}/acc_train{train_noise:g}_eval{en:g}"] <= 1.0
     assert v["maths/max_real_eig_A0"] == pytest.approx(cfg.model.n - 1)
+    assert v["method/chosen_sigma2_log10"] in (4.0, 6.0) and v["method/chosen_lr"] == 0.01
+    assert v[f"data/snr_db_noise{tn:g}"] == pytest.approx(20 * math.log10(ref.meta["signal_rms_train"] / tn), abs=1e-3)
     assert all(result.sanity.values()), result.sanity
     assert {c.name for c in result.criteria} == {"acc_noisy_gain_pt", "acc_clean_gap_pt"}
     gain = result.criterion("acc_noisy_gain_pt")
@@ -352,64 +452,24 @@ def test_smoke_pipeline(tmp_path):
     assert gain.n_units == cfg.train.n_seeds == 1 and gain.state == "inconclusive"  # one seed: no interval
     assert v["method/seed0/acc_clean"] == pytest.approx(v["method/acc_clean"])
     assert "recon_mse_ratio_unhippo_over_hippo" in result.figures
-    assert {p.name for p in metrics.figures} >= {"accuracy_vs_eval_noise.png", "reconstruction_mse.png"}
+    assert {p.name for p in metrics.figures} >= {
+        "accuracy_vs_eval_noise.png",
+        "selection.png",
+        "reconstruction_mse.png",
+    }
     assert json.loads((tmp_path / "outputs" / "unhippo" / "claim.json").read_text())["verdict"] == result.verdict
     model = SPEC.module().load_model(cfg, tmp_path / "outputs" / "unhippo" / "model")
-    assert model(torch.zeros(2, cfg.data.length)).shape == (2, cfg.data.n_classes)
-
-
-def test_a_killed_train_step_with_a_weight_ema_resumes_to_the_same_averaged_weights(tmp_path, monkeypatch):
-    """Killed in its third fit once the EMA averages, the rerun loads the two completed fits, resumes the
-    third from its last epoch checkpoint with the EMA's averages and step count, and saves the same
-    (averaged) weights and curves as an uninterrupted train step, bit for bit."""
-    import lightning as L
-
-    from models.common.runtime import checkpointing
-    from models.unhippo import pipeline
-    from tasks import steps
-
-    monkeypatch.setenv("PAPERLINE_CHECKPOINT_SECONDS", "0")  # every epoch: the third fit resumes mid-way
-    cfg = SPEC.make_config("smoke", {"train.steps": 30, "train.ema_decay": 0.9, "train.ema_start": 8})
-    data = steps.prepare(SPEC, cfg, tmp_path / "root")
-
-    class Kill(L.Callback):
-        def on_train_epoch_start(self, trainer, pl_module):
-            if trainer.current_epoch == 3:  # 15 of 30 steps done, the EMA averaging since step 9
-                raise SystemExit("killed")
-
-    def train(out, kill: bool = False):
-        calls, real_fit = [], pipeline.fit
-
-        def fit(*args, **kwargs):
-            calls.append(kwargs["variant"])
-            return real_fit(*args, **kwargs, **({"callbacks": [Kill()]} if kill and len(calls) == 3 else {}))
-
-        monkeypatch.setattr(pipeline, "fit", fit)
-        out.mkdir()
-        return pipeline.train(cfg, data, out)
-
-    full = train(tmp_path / "full")
-    with checkpointing(tmp_path / "checkpoints"), pytest.raises(SystemExit):
-        train(tmp_path / "killed", kill=True)
-    with checkpointing(tmp_path / "checkpoints"):
-        resumed = train(tmp_path / "resumed")
-    assert resumed.history == full.history
-    weights = sorted(p.name for p in (tmp_path / "full").glob("*.pt"))
-    assert len(weights) == 4 and weights == sorted(p.name for p in (tmp_path / "resumed").glob("*.pt"))
-    for name in weights:
-        a, b = (torch.load(tmp_path / run / name, weights_only=True) for run in ("full", "resumed"))
-        assert all(torch.equal(a[k], b[k]) for k in a), name
-    (third,) = (tmp_path / "checkpoints").glob("003-*/last.ckpt")
-    state = torch.load(third, weights_only=True)
-    assert state["callbacks"]["EMA[net]"]["step"] == 30 and state["paperline_fit_complete"]
+    assert model(torch.zeros(2, 100)).shape == (2, 10)
 
 
 # ----------------------------------------------------------------------------- claim
 
 
-def claim_metrics(cfg: Config, noisy: dict[str, list[float]], clean: dict[str, list[float]]) -> Metrics:
-    """The keys claim() reads: per-seed noisy/clean accuracies of both models, matrix checks at their closed forms."""
-    n = cfg.model.n
+def claim_metrics(
+    cfg: Config, noisy: dict[str, list[float]], clean: dict[str, list[float]], in_distribution: float = 0.5
+) -> Metrics:
+    """The keys claim() reads: per-seed noisy/clean accuracies of both arms, matrix checks at their closed forms."""
+    n, tn = cfg.model.n, cfg.claim_train_noise
     values = {
         "maths/a0_identity_residual": 0.0,
         "maths/bt_a0_minus_2q_residual": 0.0,
@@ -419,16 +479,19 @@ def claim_metrics(cfg: Config, noisy: dict[str, list[float]], clean: dict[str, l
         "maths/kalman_cov_asymmetry": 0.0,
         "maths/kalman_cov_min_eig": 1.0,
         "maths/krylov_fft_vs_unrolled_rel_err": 0.0,
+        "method/chosen_sigma2_log10": 10.0,
     }
     for noise in cfg.recon.noises:
-        values[f"baseline/recon_mse_noise{noise:g}"] = 1.0
+        values[f"baseline/recon_mse_noise{noise:g}"] = 1.0 if noise else 0.1
         values[f"method/recon_mse_noise{noise:g}"] = 0.4
-    for variant in ("method", "baseline"):
-        for k, (a_noisy, a_clean) in enumerate(zip(noisy[variant], clean[variant])):
-            values[f"{variant}/seed{k}/acc_noisy"], values[f"{variant}/seed{k}/acc_clean"] = a_noisy, a_clean
-        values[f"{variant}/acc_noisy"], values[f"{variant}/acc_clean"] = (
-            np.mean(noisy[variant]),
-            np.mean(clean[variant]),
+    for arm in ("method", "baseline"):
+        for k, (a_noisy, a_clean) in enumerate(zip(noisy[arm], clean[arm])):
+            values[f"{arm}/seed{k}/acc_noisy"], values[f"{arm}/seed{k}/acc_clean"] = a_noisy, a_clean
+            values[f"{arm}/seed{k}/acc_in_distribution"] = in_distribution
+        values[f"{arm}/acc_noisy"], values[f"{arm}/acc_clean"] = np.mean(noisy[arm]), np.mean(clean[arm])
+        values[f"{arm}/acc_train{tn:g}_eval{tn:g}"] = in_distribution
+        values.update(
+            {f"{arm}/chosen_lr": 1e-2, f"{arm}/best_epoch_mean": 3.0, f"{arm}/finals_best_at_last_epoch": 0.0}
         )
     return Metrics(values)
 
@@ -443,6 +506,7 @@ def test_claim_pairs_training_seeds_and_is_three_state():
     gain = holds.criterion("acc_noisy_gain_pt")
     assert gain.estimate == pytest.approx(6.0) and gain.low > 2.0 and gain.n_units == 3 and gain.interval == "t"
     assert holds.criterion("acc_clean_gap_pt").state == "holds" and holds.verdict == "holds" and holds.sane
+    assert "FSD" in gain.paper
     # Gains +6, -1, +3 pt: mean 2.7 pt, but the interval straddles 2 pt.
     mixed = SPEC.module().claim(
         cfg, claim_metrics(cfg, {"method": [0.60, 0.49, 0.58], "baseline": [0.54, 0.50, 0.55]}, clean)
@@ -453,3 +517,19 @@ def test_claim_pairs_training_seeds_and_is_three_state():
         cfg, claim_metrics(cfg, {"method": [0.53, 0.49, 0.54], "baseline": [0.54, 0.50, 0.55]}, clean)
     )
     assert fails.criterion("acc_noisy_gain_pt").state == "fails" and fails.verdict == "fails"
+    # Clean gaps -6, -6, -7 pt: the whole interval below -3 pt.
+    worse_clean = {"method": [0.85, 0.86, 0.85], "baseline": [0.91, 0.92, 0.92]}
+    dropped = SPEC.module().claim(
+        cfg, claim_metrics(cfg, {"method": [0.60, 0.55, 0.62], "baseline": [0.54, 0.50, 0.55]}, worse_clean)
+    )
+    assert dropped.criterion("acc_clean_gap_pt").state == "fails" and dropped.verdict == "fails"
+
+
+def test_default_claim_gates_a_baseline_that_does_not_learn_the_noisy_task():
+    cfg = Config()
+    clean = {"method": [0.90, 0.92, 0.91], "baseline": [0.91, 0.92, 0.92]}
+    noisy = {"method": [0.60, 0.55, 0.62], "baseline": [0.54, 0.50, 0.55]}
+    learned = SPEC.module().claim(cfg, claim_metrics(cfg, noisy, clean, in_distribution=0.4))
+    assert learned.sane and learned.sanity["baseline_at_noise0.0316228_learns_task_>=0.15"]
+    at_chance = SPEC.module().claim(cfg, claim_metrics(cfg, noisy, clean, in_distribution=0.11))
+    assert not at_chance.sanity["baseline_at_noise0.0316228_learns_task_>=0.15"] and not at_chance.sane
