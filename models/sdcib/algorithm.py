@@ -51,14 +51,25 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
     return F.cross_entropy(sim, targets) - math.log(n)
 
 
-def instance_contrast(h1: torch.Tensor, h2: torch.Tensor, tau: float) -> torch.Tensor:
-    """Instance-level contrast: the same sample's codes in two views are positives."""
-    return nt_xent(h1, h2, tau)
+def pairwise_nt_xent(zs: list[torch.Tensor], tau: float) -> torch.Tensor:
+    """``sum_{v != u} nt_xent(z_v, z_u, tau)`` over ordered view pairs, from one Gram matrix.
 
-
-def cluster_contrast(c1: torch.Tensor, c2: torch.Tensor, tau: float) -> torch.Tensor:
-    """Cluster-level contrast (CC-style, no entropy term): the K columns of (batch, K) assignments."""
-    return nt_xent(c1.T, c2.T, tau)
+    Equal to the pair-by-pair sum (each unordered pair counted twice, as the paper's u != v sum
+    does), but the V x V blocks of similarities are computed once: row i of view v has the
+    denominator logsumexp over {z_v,j : j != i} and {z_u,j : all j}, so the per-block
+    logsumexps are shared by every pair that uses the block.
+    """
+    n_views, n = len(zs), len(zs[0])
+    z = F.normalize(torch.cat(zs, dim=0), dim=1)
+    sim = (z @ z.T / tau).view(n_views, n, n_views, n)
+    self_pair = torch.eye(n_views, dtype=torch.bool, device=z.device)[:, None, :, None]
+    same_row = torch.eye(n, dtype=torch.bool, device=z.device)[None, :, None, :]
+    block_lse = torch.logsumexp(sim.masked_fill(self_pair & same_row, float("-inf")), dim=3)  # (V, n, V)
+    own = torch.diagonal(block_lse, dim1=0, dim2=2).T  # (V, n): logsumexp over the own view's other rows
+    positives = torch.diagonal(sim, dim1=1, dim2=3)  # (V, V, n): sim(z_v,i, z_u,i)
+    rows = torch.logaddexp(own[:, :, None], block_lse).permute(0, 2, 1) - positives  # (V, V, n)
+    off_diagonal = ~torch.eye(n_views, dtype=torch.bool, device=z.device)
+    return rows.mean(dim=2)[off_diagonal].sum() - n_views * (n_views - 1) * math.log(n)
 
 
 def gaussian_sample(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -90,11 +101,11 @@ def sdcib_loss(
             # Official: the I(H;C) term draws its own sample of h from the layer's Gaussian.
             h = gaussian_sample(out.mus[k], out.sigmas[k]) if sample else out.mus[k]
             mi = mi + jsd_mi(critics[f"v{v}_k{k}"], h, out.probs)
-    for v in range(len(outputs)):
-        for u in range(v + 1, len(outputs)):
-            for k in layers:
-                instance = instance + 2 * instance_contrast(outputs[v].codes[k], outputs[u].codes[k], tau_instance)
-            cluster = cluster + 2 * cluster_contrast(outputs[v].probs, outputs[u].probs, tau_cluster)
+    if len(outputs) > 1:
+        for k in layers:  # instance level: the same sample's codes in two views are positives
+            instance = instance + pairwise_nt_xent([out.codes[k] for out in outputs], tau_instance)
+        # Cluster level (CC-style, no entropy term): the K columns of the (batch, K) assignments.
+        cluster = pairwise_nt_xent([out.probs.T for out in outputs], tau_cluster)
     total = alpha * (compression + beta * mi_sign * mi) + (1 - alpha) * (instance + cluster)
     return {"loss": total, "compression": compression, "mi": mi, "instance": instance, "cluster": cluster}
 

@@ -74,8 +74,10 @@ class ViewEncoder(nn.Module):
 class SDCIB(nn.Module):
     """The full multi-modal model: one stochastic encoder + cluster head per view.
 
-    It takes the raw views of the official ``.npz`` layout; ``log1p`` says which views are
-    log1p-transformed first (nonnegative count/feature views).
+    It takes the raw views of the official ``.npz`` layout. Each view is log1p-transformed where
+    ``log1p`` says so (nonnegative count/feature views), then standardised feature by feature with
+    the ``shift_<v>`` / ``scale_<v>`` buffers (set by ``fit_input_scaling`` from the unlabelled
+    features; identity until then), so the registered model needs no separate preprocessing.
     """
 
     def __init__(
@@ -85,11 +87,26 @@ class SDCIB(nn.Module):
         self.view_dims, self.widths, self.n_clusters = tuple(view_dims), tuple(widths), n_clusters
         self.log1p = tuple(log1p)
         self.encoders = nn.ModuleList(ViewEncoder(d, widths, n_clusters) for d in view_dims)
+        for v, d in enumerate(view_dims):
+            self.register_buffer(f"shift_{v}", torch.zeros(d))
+            self.register_buffer(f"scale_{v}", torch.ones(d))
+
+    def transformed(self, v: int, x: torch.Tensor, scaled: bool = True) -> torch.Tensor:
+        """View ``v`` as the encoder reads it: log1p where flagged, then (if ``scaled``) standardised."""
+        x = torch.log1p(x) if self.log1p[v] else x
+        return (x - getattr(self, f"shift_{v}")) / getattr(self, f"scale_{v}") if scaled else x
+
+    @torch.no_grad()
+    def fit_input_scaling(self, views: list[torch.Tensor]) -> None:
+        """Per-feature mean and std of every (log1p'd) view; a constant feature keeps scale 1."""
+        for v, x in enumerate(views):
+            t = self.transformed(v, x, scaled=False)
+            std = t.std(dim=0)
+            getattr(self, f"shift_{v}").copy_(t.mean(dim=0))
+            getattr(self, f"scale_{v}").copy_(torch.where(std > 1e-8, std, torch.ones_like(std)))
 
     def forward(self, views: list[torch.Tensor], sample: bool = False) -> list[ViewOutput]:
-        return [
-            encoder(torch.log1p(x) if log else x, sample) for encoder, x, log in zip(self.encoders, views, self.log1p)
-        ]
+        return [encoder(self.transformed(v, x), sample) for v, (encoder, x) in enumerate(zip(self.encoders, views))]
 
     @torch.no_grad()
     def predict(self, views: list[torch.Tensor]) -> torch.Tensor:
