@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import os
 import signal
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -85,18 +87,24 @@ def cmd_run(args: argparse.Namespace) -> int:
     up = servers.use_running_servers(root)
     if up:
         print("using servers: " + ", ".join(f"{n} {i['url']}" for n, i in up.items()))
-    from flows.pipelines import all_methods, method_pipeline
-    from models.base import Scale
-    from tasks import report
-
     started = time.perf_counter()
     # One temporary Prefect server in its own session, shared with local Dask workers, unless one runs
     # (a remote Dask cluster cannot reach this machine's loopback: Prefect's own per-process default).
-    shared = (
-        servers.shared_temporary_prefect()
-        if not args.dask_address and not os.environ.get("PREFECT_API_URL")
-        else contextlib.nullcontext()
-    )
+    # It starts first, so its start-up runs alongside the imports and the MLflow DB check below.
+    temporary = None
+    if not args.dask_address and not os.environ.get("PREFECT_API_URL"):
+        temporary = servers.TemporaryPrefect(root)
+    try:
+        from flows.pipelines import all_methods, method_pipeline
+        from models.base import Scale
+        from tasks import report, tracking
+
+        tracking.client(root)  # opens (on a fresh project: migrates) the MLflow DB while the server starts
+    except BaseException:
+        if temporary is not None:
+            temporary.stop()
+        raise
+    shared = servers.shared_temporary_prefect(temporary) if temporary is not None else contextlib.nullcontext()
     try:
         with _terminate_as_exit(), shared:
             if args.all:
@@ -132,23 +140,59 @@ class Terminated(SystemExit):
     """SIGTERM as an exception: the flow records its failure and the temporary server stops."""
 
 
+EXIT_GRACE_SECONDS = 30.0  # cleanup after Ctrl-C/SIGTERM takes a few seconds; this is the hard stop
+_watchdog: threading.Timer | None = None
+
+
+def _arm_exit_watchdog(code: int) -> None:
+    """Give the cleanup after a signal ``EXIT_GRACE_SECONDS``. Whatever still holds the process then (a
+    library's non-daemon thread, a lock the signal landed inside) cannot keep it alive: every thread's
+    stack goes to stderr, so the cause can be read, and the process exits with the signal's code. The
+    temporary Prefect server watches its parent and stops by itself."""
+    global _watchdog
+    if _watchdog is not None:
+        return
+
+    def expire() -> None:
+        print(
+            f"paperline: not exited {EXIT_GRACE_SECONDS:.0f} s after the signal; every thread's stack follows, "
+            f"then exit {code}",
+            file=sys.stderr,
+            flush=True,
+        )
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        sys.stderr.flush()
+        os._exit(code)
+
+    _watchdog = threading.Timer(EXIT_GRACE_SECONDS, expire)
+    _watchdog.daemon = True
+    _watchdog.start()
+
+
 @contextlib.contextmanager
 def _terminate_as_exit():
-    """Turn SIGTERM into ``Terminated`` while a run is in progress (Python's default ends the process
-    at once, leaving the temporary Prefect server running and the MLflow run open)."""
+    """While a run is in progress: SIGTERM becomes ``Terminated`` (Python's default ends the process at
+    once, leaving the temporary Prefect server running and the MLflow run open), Ctrl-C stays
+    ``KeyboardInterrupt``; both arm the exit watchdog."""
 
-    def handler(signum, frame):
+    def on_term(signum, frame):
+        _arm_exit_watchdog(128 + signum)
         raise Terminated(128 + signum)
 
+    def on_interrupt(signum, frame):
+        _arm_exit_watchdog(130)
+        raise KeyboardInterrupt
+
     try:
-        previous = signal.signal(signal.SIGTERM, handler)
+        previous = {sig: signal.signal(sig, h) for sig, h in ((signal.SIGTERM, on_term), (signal.SIGINT, on_interrupt))}
     except ValueError:  # not the main thread: leave signals to whoever owns them
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _drop_staging(root: Path, methods: list[str]) -> None:
@@ -393,9 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except KeyboardInterrupt:  # the run is already marked FAILED and the temporary server stopped
+        _arm_exit_watchdog(130)  # interpreter shutdown joins threads: bound it too
         print("paperline: interrupted", file=sys.stderr)
         return 130
     except Terminated as exc:
+        _arm_exit_watchdog(exc.code)
         print("paperline: terminated", file=sys.stderr)
         return exc.code
 

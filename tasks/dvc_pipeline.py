@@ -2,7 +2,8 @@
 
 Each method's stages depend on its own folder, the step code (``SHARED_CODE``) and exactly the shared
 modules those import, found by walking their imports (``shared_modules``): editing ``models/common/tiny_lm.py``
-reruns the two methods that use it, not all nineteen.
+reruns the two methods that use it, not all nineteen. A method's prepare stage also depends on the pinned raw
+files its code names (``raw_inputs``): a replaced benchmark file re-prepares that method's dataset.
 
 Every out is ``persist``: DVC then leaves it in place until the stage command replaces it, and the steps only
 replace a folder once its new contents are complete (``tasks/steps.py`` writes ``<out>.partial`` and renames).
@@ -72,6 +73,31 @@ def shared_modules(slug: str, root: Path = ROOT) -> list[str]:
     return sorted(shared - set(SHARED_CODE))
 
 
+def _string_constants(path: Path) -> set[str]:
+    return {
+        node.value
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+
+
+def raw_inputs(slug: str, root: Path = ROOT) -> list[str]:
+    """The pinned raw files (``models/common/raw_data.py``) a method's prepare may read: every raw-file name,
+    or folder prefix such as ``"graphs/"``, written as a string in its code or the shared modules it imports."""
+    from models.common.raw_data import COMMITTED, FETCHED
+
+    known = sorted([*COMMITTED, *FETCHED])
+    shared = [root / p for p in shared_modules(slug, root) if p != "models/common/raw_data.py"]  # the list itself
+    files = [*(root / "models" / slug).rglob("*.py"), *shared]
+    found: set[str] = set()
+    for text in set().union(*(_string_constants(f) for f in files)) if files else ():
+        if text in known:
+            found.add(text)
+        elif text.endswith("/") and len(text) > 1:
+            found.update(name for name in known if name.startswith(text))
+    return sorted(f"data/raw/{name}" for name in found)
+
+
 def _persist(path: str, **flags) -> dict:
     return {path: {**flags, "persist": True}}
 
@@ -83,17 +109,24 @@ def render_dvc_yaml(root: Path = ROOT) -> str:
     # DVC cannot interpolate a list into `deps`, so every method gets the same number of slots
     # `${item.code[i]}`; a shorter list is filled up with a path every stage depends on anyway.
     width = max(1, *map(len, extra.values()))
+    raw = {slug: raw_inputs(slug, root) for slug in METHODS}
+    raw_width = max(0, *map(len, raw.values()))
     items = {
-        slug: {"dataset": spec.dataset, "code": extra[slug] + everyones[-1:] * (width - len(extra[slug]))}
+        slug: {
+            "dataset": spec.dataset,
+            "code": extra[slug] + everyones[-1:] * (width - len(extra[slug])),
+            **({"raw": raw[slug] + everyones[-1:] * (raw_width - len(raw[slug]))} if raw_width else {}),
+        }
         for slug, spec in METHODS.items()
     }
     deps = ["models/${key}", *everyones, *(f"${{item.code[{i}]}}" for i in range(width))]
+    raw_deps = [f"${{item.raw[{i}]}}" for i in range(raw_width)]
     stages = {
         "prepare": {
             "foreach": items,
             "do": {
                 "cmd": "paperline stage prepare ${key}",
-                "deps": deps,
+                "deps": [*deps, *raw_deps],
                 "params": ["${key}.seed", "${key}.data"],
                 "outs": [_persist("data/${item.dataset}")],
             },
@@ -124,7 +157,7 @@ def render_dvc_yaml(root: Path = ROOT) -> str:
     header = (
         "# Generated from models/registry.py and the methods' imports by `paperline params --write`;"
         " edit those, not this file.\n"
-        "# `code`: the shared modules only some methods import, padded with a shared path to one length"
-        " (DVC cannot put a list into `deps`).\n"
+        "# `code`: the shared modules only some methods import; `raw`: the pinned raw files (data/raw) a method's"
+        " code names; both padded with a shared path to one length (DVC cannot put a list into `deps`).\n"
     )
     return header + yaml.safe_dump({"stages": stages}, sort_keys=False)

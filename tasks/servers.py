@@ -321,57 +321,81 @@ def _stop_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="paperline-parent-watch", daemon=True).start()
 
 
-def _temporary_server():
-    """Prefect's ``SubprocessASGIServer`` started our way: own session, Host check, hardened settings."""
-    from prefect.server.api.server import SubprocessASGIServer
-    from prefect.settings import get_current_settings
+def _free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return probe.getsockname()[1]
 
-    class TemporaryServer(SubprocessASGIServer):
-        _instances: dict = {}  # not shared with Prefect's own temporary servers
 
-        def _run_uvicorn_command(self) -> subprocess.Popen:
-            server_env = {
-                **os.environ,
-                "PREFECT_UI_ENABLED": "0",
-                "PREFECT__SERVER_EPHEMERAL": "1",
-                "PREFECT__SERVER_FINAL": "1",
-                **get_current_settings().to_environment_variables(exclude_unset=True),
-                **env.prefect_server_env(LOOPBACK, self.port),
-                PARENT_VAR: str(os.getpid()),
-            }
-            return subprocess.Popen(
-                _uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"), env=server_env, start_new_session=True
+class TemporaryPrefect:
+    """A temporary Prefect server for one CLI run, in its own session, with the Host check and hardened
+    settings. It starts at once: Prefect's server imports itself and migrates its DB in its own process
+    while the CLI imports torch and MLflow; ``wait_ready`` waits only when a flow is about to need it.
+    (Prefect's own ``SubprocessASGIServer`` would cost the CLI an import of the whole server package.)"""
+
+    def __init__(self, root: Path) -> None:
+        self.port = _free_loopback_port()
+        self.api_url = f"http://{LOOPBACK}:{self.port}/api"
+        self.log = env.state_dir(root) / "prefect-temporary.log"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        server_env = {
+            **os.environ,
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            **env.prefect_server_env(LOOPBACK, self.port),
+            PARENT_VAR: str(os.getpid()),
+        }
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                _uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"),
+                env=server_env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
-    return TemporaryServer()
+    def wait_ready(self, timeout: float) -> None:
+        _wait_healthy(self.api_url + "/health", self.proc, self.log, timeout)
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # uvicorn's graceful shutdown
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
 
 
 @contextlib.contextmanager
-def shared_temporary_prefect() -> Iterator[str]:
+def shared_temporary_prefect(server: TemporaryPrefect | None = None, root: Path | None = None) -> Iterator[str]:
     """One temporary Prefect server for this process *and* the worker processes it starts.
 
     Without a server, Prefect starts a temporary one per process: each Dask worker then ran its own,
     and a worker's sub-flow lost its API half-way ("Connection refused"). The URL goes into the
     environment (inherited by the workers) and into this process's settings; the server stops on exit.
     It runs in its own session: a Ctrl-C reaches the CLI (which marks its runs and stops the server
-    here) but not the server, which the interrupted flow still needs to record its final state."""
-    from prefect.settings import PREFECT_API_URL, temporary_settings
-
-    server = _temporary_server()
+    here) but not the server, which the interrupted flow still needs to record its final state.
+    ``server`` is one already started (``TemporaryPrefect(root)``) so that its start-up overlapped other work."""
+    server = server or TemporaryPrefect(root or env.project_root())
     previous = os.environ.get("PREFECT_API_URL")
     try:
-        server.start(timeout=int(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
+        server.wait_ready(timeout=float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")))
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
         os.environ["PREFECT_API_URL"] = server.api_url
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
             yield server.api_url
     finally:
         try:
-            from prefect.events.worker import EventsWorker
-            from prefect.logging.handlers import APILogWorker
+            if "prefect.logging.handlers" in sys.modules:
+                from prefect.events.worker import EventsWorker
+                from prefect.logging.handlers import APILogWorker
 
-            # Queued run logs and events reach the server before it stops (nothing retries a dead API at exit).
-            APILogWorker.drain_all(timeout=5)
-            EventsWorker.drain_all(timeout=5)
+                # Queued run logs and events reach the server before it stops (nothing retries a dead API at exit).
+                APILogWorker.drain_all(timeout=5)
+                EventsWorker.drain_all(timeout=5)
         finally:
             if previous is None:
                 os.environ.pop("PREFECT_API_URL", None)

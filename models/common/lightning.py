@@ -26,7 +26,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import Callback, TQDMProgressBar
 from lightning.pytorch.loggers import Logger
 from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.utilities import rank_zero_only
@@ -292,6 +292,40 @@ class LoaderEpoch(Callback):
             set_epoch(trainer.current_epoch)
 
 
+class FitProgressBar(TQDMProgressBar):
+    """One bar per fit, named after its arm. A step-bounded fit (``max_steps``) counts optimiser steps out of
+    that budget across epochs; an epoch-bounded one says "epoch e/E". (Lightning's own bar numbers epochs
+    out of ``max_epochs``, which a step-bounded fit sets to a nominal bound: "Epoch 9/999999".)"""
+
+    def __init__(self, variant: str) -> None:
+        super().__init__()
+        self.variant = variant
+
+    @staticmethod
+    def _step_bounded(trainer) -> bool:
+        return trainer.max_steps is not None and trainer.max_steps > 0
+
+    def on_train_epoch_start(self, trainer, *args: Any) -> None:
+        bar = self.train_progress_bar
+        if not self._step_bounded(trainer):
+            total = self.total_train_batches
+            bar.reset(total=None if total == float("inf") else total)
+            bar.set_description(f"{self.variant} epoch {trainer.current_epoch + 1}/{trainer.max_epochs}")
+            return
+        if bar.total != trainer.max_steps:  # the first epoch (or a resumed fit): one bar for the whole budget
+            bar.reset(total=trainer.max_steps)
+            bar.n = trainer.global_step
+        bar.set_description(f"{self.variant} step")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
+        if not self._step_bounded(trainer):
+            return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        step = trainer.global_step
+        if self._should_update(step, trainer.max_steps) and not self.train_progress_bar.disable:
+            self.train_progress_bar.n = step
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
+
+
 class StopOnNonFiniteLoss(Callback):
     """Raise as soon as a training step returns a NaN/inf loss (the run is then failed)."""
 
@@ -357,6 +391,8 @@ def fit(
         num_sanity_val_steps=0,
         log_every_n_steps=1,
     )
+    if show_progress():
+        callbacks.append(FitProgressBar(variant))
     callbacks += trainer_kwargs.pop("callbacks", [])
     kwargs.update(trainer_kwargs)
     if complete:
@@ -365,7 +401,9 @@ def fit(
         kwargs["limit_train_batches"] = 0
     trainer = L.Trainer(**kwargs)
     if show_progress() and not complete:
-        print(f"  training {variant} ({max_epochs} epochs)", flush=True)
+        steps = kwargs.get("max_steps", -1)
+        budget = f"{steps} steps" if steps and steps > 0 else f"{max_epochs} epochs"
+        print(f"  training {variant} ({budget})", flush=True)
     # weights_only: a checkpoint is unpickled only as tensors and plain containers (checked above too).
     trainer.fit(
         module,

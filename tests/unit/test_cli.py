@@ -137,3 +137,19 @@ def test_run_from_a_fresh_checkout_creates_the_state_folders(tmp_path, monkeypat
     except SystemExit:
         pass
     assert calls == ["validated"] and (tmp_path / ".paperline" / "prefect").is_dir()
+
+
+def test_a_thread_that_never_ends_cannot_hold_an_interrupted_cli():
+    """After the signal, cleanup gets a grace period; then every thread's stack is printed and the CLI exits
+    with the signal's code, even with a non-daemon thread that would block interpreter shutdown forever."""
+    code = (
+        "import threading, flows.cli as cli\n"
+        "cli.EXIT_GRACE_SECONDS = 1.0\n"
+        "threading.Thread(target=threading.Event().wait, name='stuck-worker').start()\n"
+        "cli._arm_exit_watchdog(130)\n"
+        "raise SystemExit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 130, done.stderr
+    assert "not exited 1 s after the signal" in done.stderr
+    assert "Thread 0x" in done.stderr and "in wait" in done.stderr  # the stuck thread's stack is shown

@@ -105,3 +105,21 @@ def test_the_walk_finds_every_shared_module_python_loads(slug):
     loaded = {Path(f).resolve().relative_to(ROOT).as_posix() for f in out.split()}
     loaded = {p for p in loaded if not p.startswith(f"models/{slug}/")}
     assert loaded <= {"models/base.py", "tasks/steps.py", *shared_modules(slug)}, loaded
+
+
+def test_prepare_depends_on_the_raw_files_a_method_names(stages, tmp_path):
+    from tasks.dvc_pipeline import raw_inputs
+
+    for slug in METHODS:
+        deps = {d.def_path for d in stages[f"prepare@{slug}"].deps}
+        assert set(raw_inputs(slug)) <= deps, slug
+        assert not any(d.def_path.startswith("data/raw/") for d in stages[f"train@{slug}"].deps), slug
+    # A name, or a folder prefix, written anywhere in the method's code counts; other strings do not.
+    for path in ("models/base.py", "tasks/steps.py"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("")
+    (tmp_path / "models" / "fake").mkdir()
+    (tmp_path / "models" / "fake" / "data.py").write_text('A = "fsdd/recordings.tar"\nB = "graphs/"\nC = "other/"\n')
+    found = raw_inputs("fake", tmp_path)
+    assert "data/raw/fsdd/recordings.tar" in found and "data/raw/graphs/cora.npz" in found
+    assert all(p.startswith(("data/raw/fsdd/", "data/raw/graphs/")) for p in found)
