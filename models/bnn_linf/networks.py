@@ -1,13 +1,20 @@
-"""Binary residual CNN (1-D for ECG, 2-D for digits), its norms, penalties and noise bounds.
+"""Binary residual 1-D CNN, the effective weights of its layers, their norms, penalties and bounds.
 
-A binary layer computes ``conv(sign(x), alpha * sign(W)) + b``: latent real weights ``W``
-binarised by sign, one scaling factor ``alpha_i`` per output channel, and a shift ``b``. BatchNorm
-is folded into ``alpha`` and ``b`` (no BN after binary convs) so that ``alpha * B`` *is* the
-layer's linear map and its norm bounds the layer's noise gain. Sign is trained with the clipped
-straight-through estimator (gradient 1 where |x| <= 1).
+A binary layer computes ``conv(sign(x), alpha * B) + b`` with binary weights ``B = sign(W)`` of
+latent real weights ``W`` and one scaling factor per output channel,
+``alpha_i = gamma_i * mean_j |W_ij|``: XNOR-Net / Bi-Real's analytic scale times a learnable gain
+``gamma`` (the BatchNorm gain folded in, so ``alpha * B`` *is* the layer's linear map). Sign is
+trained with the clipped straight-through estimator (gradient 1 where |x| <= 1).
 
-Unrolled as a matrix (out x in*k*k), row i of ``alpha * B`` has l1 norm ``fan_in * |alpha_i|``,
-so ``||alpha * B||_{1,inf} = max_i fan_in * |alpha_i|`` (the l_inf -> l_inf operator norm).
+Effective weights ``M_l`` (the linear map of each layer, as it enters the noise bound):
+
+* stem (full precision, BatchNorm without affine parameters folded in): ``W_i / sqrt(var_i + eps)``;
+* binary layer: ``alpha * B``. Unrolled as a matrix (out x in*k), row i has l1 norm
+  ``fan_in * |alpha_i| = |gamma_i| * ||W_i||_1``, so ``||alpha * B||_{1,inf} = max_i |gamma_i| ||W_i||_1``:
+  with the analytic scale the constraint reaches the latent binary weights and the gain alike;
+* head (full precision linear): its weight matrix.
+
+``||M||_{1,inf} = max_i sum_j |M_ij|`` is the l_inf -> l_inf operator norm.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ class SignSTE(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         ctx.save_for_backward(x)
-        return torch.where(x >= 0, torch.ones_like(x), -torch.ones_like(x))
+        return (x >= 0).to(x.dtype) * 2 - 1
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
@@ -42,29 +49,31 @@ def binarize(x: torch.Tensor) -> torch.Tensor:
 class BinaryConv(nn.Module):
     """Binary activations times binary weights, scaled per output channel: conv(sign(x), alpha*B) + b."""
 
-    def __init__(self, dims: int, channels: int, kernel: int) -> None:
+    def __init__(self, channels: int, kernel: int) -> None:
         super().__init__()
-        self.dims, self.padding = dims, kernel // 2
-        shape = (channels, channels) + (kernel,) * dims
-        fan_in = channels * kernel**dims
-        self.weight = nn.Parameter(torch.empty(shape).uniform_(-1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in)))
-        # XNOR-Net initialisation of the scaling factor: the mean |latent weight| of each filter.
-        self.alpha = nn.Parameter(self.weight.detach().abs().flatten(1).mean(1).clone())
+        self.padding = kernel // 2
+        bound = 1 / math.sqrt(channels * kernel)
+        self.weight = nn.Parameter(torch.empty(channels, channels, kernel).uniform_(-bound, bound))
+        self.gain = nn.Parameter(torch.ones(channels))
         self.bias = nn.Parameter(torch.zeros(channels))
 
     @property
     def fan_in(self) -> int:
         return self.weight[0].numel()
 
+    def alpha(self, latent_grad: bool = True) -> torch.Tensor:
+        """Scaling factors gamma_i * mean_j |W_ij|; ``latent_grad=False`` keeps gradients off ``W``."""
+        magnitude = self.weight.abs().flatten(1).mean(1)
+        return self.gain * (magnitude if latent_grad else magnitude.detach())
+
     def binary_weight(self) -> torch.Tensor:
         """alpha_i * sign(W_i): exactly two values, +-alpha_i, in each output channel."""
-        return self.alpha.view(-1, *[1] * (self.dims + 1)) * binarize(self.weight)
+        return self.alpha().view(-1, 1, 1) * binarize(self.weight)
 
     def forward(self, x: torch.Tensor, relaxed: bool = False) -> torch.Tensor:
         # relaxed=True swaps sign for hardtanh (1-Lipschitz): the network the noise bound is proved for.
-        a = F.hardtanh(x) if relaxed else binarize(x)
-        conv = F.conv1d if self.dims == 1 else F.conv2d
-        return conv(a, self.binary_weight(), self.bias, padding=self.padding)
+        activation = F.hardtanh(x) if relaxed else binarize(x)
+        return F.conv1d(activation, self.binary_weight(), self.bias, padding=self.padding)
 
 
 class BinaryResNet(nn.Module):
@@ -72,59 +81,65 @@ class BinaryResNet(nn.Module):
 
     The stem's BatchNorm has no affine parameters: it fixes the scale of the residual stream.
     With an affine stem, scaling the stem, every alpha and b by c and the head by 1/c leaves the
-    function unchanged (sign is scale-invariant) and would let any norm penalty on alpha go to
-    zero without changing the network at all.
+    function unchanged (sign is scale-invariant) and would let any norm penalty go to zero
+    without changing the network at all.
     """
 
-    def __init__(self, dims: int, n_classes: int, net: NetConfig, stem_pool: int = 1) -> None:
+    def __init__(self, n_classes: int, net: NetConfig) -> None:
         super().__init__()
-        conv = nn.Conv1d if dims == 1 else nn.Conv2d
-        norm = nn.BatchNorm1d if dims == 1 else nn.BatchNorm2d
-        self.dims = dims
-        self.stem = conv(
+        self.stem = nn.Conv1d(
             1, net.channels, net.stem_kernel, stride=net.stem_stride, padding=net.stem_kernel // 2, bias=False
         )
-        self.stem_norm = norm(net.channels, affine=False)
-        pool = nn.MaxPool1d if dims == 1 else nn.MaxPool2d
-        self.stem_pool = pool(stem_pool) if stem_pool > 1 else nn.Identity()
-        self.blocks = nn.ModuleList(BinaryConv(dims, net.channels, net.kernel) for _ in range(net.blocks))
+        self.stem_norm = nn.BatchNorm1d(net.channels, affine=False)
+        self.blocks = nn.ModuleList(BinaryConv(net.channels, net.kernel) for _ in range(net.blocks))
         self.head = nn.Linear(net.channels, n_classes)
         self.relaxed = False
 
-    def _downsample(self, h: torch.Tensor) -> torch.Tensor:
-        if min(h.shape[2:]) < 2:
-            return h
-        pool = F.avg_pool1d if self.dims == 1 else F.avg_pool2d
-        return pool(h, 2, ceil_mode=True)
-
     def stream(self, x: torch.Tensor) -> list[torch.Tensor]:
         """The residual stream after the stem and after every binary layer (feature maps)."""
-        h = self.stem_pool(self.stem_norm(self.stem(x)))
+        h = self.stem_norm(self.stem(x))
         states = [h]
         for block in self.blocks:
             h = h + block(h, self.relaxed)
             states.append(h)
-            h = self._downsample(h)
+            if h.shape[-1] >= 2:
+                h = F.avg_pool1d(h, 2, ceil_mode=True)
         return states
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.stream(x)[-1]
-        return self.head(h.flatten(2).mean(-1))
+        return self.head(self.stream(x)[-1].mean(-1))
 
 
-# ----------------------------------------------------------------------------- norms and penalties
+# ----------------------------------------------------------------------------- effective weights
 
 
-def row_l1_norms(layer: BinaryConv, through_sign: bool = False) -> torch.Tensor:
-    """Row l1 norms of the unrolled alpha * B: sum_j |alpha_i B_ij| (= fan_in |alpha_i|).
+def stem_effective_weight(net: BinaryResNet, x: torch.Tensor | None = None) -> torch.Tensor:
+    """The stem's map with BatchNorm folded in, (channels, kernel): ``W_i / sqrt(var_i + eps)``.
 
-    |B_ij| = 1 does not depend on the latent weights; letting the STE differentiate |sign(W)|
-    (``through_sign=True``) invents a gradient that shrinks W without changing the norm.
-    """
-    signs = binarize(layer.weight)
-    if not through_sign:
-        signs = signs.detach()
-    return (layer.alpha.view(-1, 1) * signs.flatten(1)).abs().sum(1)
+    With a batch ``x`` the variance is the batch's (differentiable, as BatchNorm normalises in
+    training); without, the running variance (as in evaluation). The map is invariant to the
+    scale of ``W``: penalising it changes the filters' shape, favouring those whose response to
+    the signal is large relative to their l1 norm (their gain on worst-case noise)."""
+    bn = net.stem_norm
+    if x is None:
+        var = bn.running_var
+    else:
+        var = net.stem(x).var(dim=(0, 2), unbiased=False)
+    return net.stem.weight.flatten(1) / torch.sqrt(var + bn.eps).unsqueeze(1)
+
+
+def effective_weights(net: BinaryResNet, x: torch.Tensor | None = None) -> list[torch.Tensor]:
+    """Every layer's linear map as a matrix (out x in*k): stem, binary layers (alpha * B), head."""
+    binary = [block.binary_weight().flatten(1) for block in net.blocks]
+    return [stem_effective_weight(net, x), *binary, net.head.weight]
+
+
+def row_l1_norms(layer: BinaryConv, latent_grad: bool = True) -> torch.Tensor:
+    """Row l1 norms of the unrolled alpha * B: sum_j |alpha_i B_ij| = fan_in |alpha_i| = |gamma_i| ||W_i||_1.
+
+    Written with |B_ij| = 1, so the gradient is exact (no straight-through estimator): it reaches
+    the gain and, through alpha's mean |W|, the latent binary weights."""
+    return layer.fan_in * layer.alpha(latent_grad).abs()
 
 
 def smooth_max(values: torch.Tensor, tau: float) -> torch.Tensor:
@@ -132,42 +147,56 @@ def smooth_max(values: torch.Tensor, tau: float) -> torch.Tensor:
     return tau * torch.logsumexp(values / tau, dim=-1)
 
 
-def linf_penalty(net: BinaryResNet, tau: float, through_sign: bool = False) -> torch.Tensor:
-    """The method: sum over binary layers of a smooth ||alpha_l * B_l||_{1,inf}."""
-    return sum(smooth_max(row_l1_norms(b, through_sign), tau) for b in net.blocks)
+# ----------------------------------------------------------------------------- penalties
 
 
-def spectral_norm(layer: BinaryConv) -> torch.Tensor:
-    """Largest singular value of the reshaped alpha * B (out x in*k*k): the l2 Lipschitz proxy."""
-    return torch.linalg.matrix_norm(layer.binary_weight().flatten(1), ord=2)
+def linf_penalty(net: BinaryResNet, tau: float, x: torch.Tensor) -> torch.Tensor:
+    """The method: sum over every layer (stem, binary layers, head) of a smooth ||M_l||_{1,inf}."""
+    rows = [stem_effective_weight(net, x).abs().sum(1)]
+    rows += [row_l1_norms(block) for block in net.blocks]
+    rows.append(net.head.weight.abs().sum(1))
+    return sum(smooth_max(r, tau) for r in rows)
 
 
-def spectral_penalty(net: BinaryResNet) -> torch.Tensor:
-    """The SOTA-style comparator: sum over binary layers of ||alpha_l * B_l||_2 (via the STE)."""
-    return sum(spectral_norm(b) for b in net.blocks)
+def alpha_only_penalty(net: BinaryResNet, tau: float) -> torch.Tensor:
+    """The ablation (this project's first reconstruction): smooth max of fan_in |alpha_i| over the
+    binary layers only, its gradient reaching the scaling factors only; stem and head free."""
+    return sum(smooth_max(row_l1_norms(block, latent_grad=False), tau) for block in net.blocks)
+
+
+def spectral_penalty(net: BinaryResNet, x: torch.Tensor) -> torch.Tensor:
+    """The comparator: sum over the same layers of ||M_l||_2 (largest singular value; the l2
+    Lipschitz proxy of LCR-style regularisers). Through the straight-through estimator for B."""
+    return sum(torch.linalg.matrix_norm(m, ord=2) for m in effective_weights(net, x))
+
+
+# ----------------------------------------------------------------------------- bounds
+
+
+@torch.no_grad()
+def layer_linf_norms(net: BinaryResNet) -> list[float]:
+    """||M_l||_{1,inf} of every layer (stem with running statistics, binary layers, head)."""
+    return [float(m.abs().sum(1).max()) for m in effective_weights(net)]
 
 
 @torch.no_grad()
 def binary_linf_bound(net: BinaryResNet) -> float:
-    """prod_l ||alpha_l * B_l||_{1,inf}: the brief's bound on the binary layers' noise amplification."""
-    return math.prod(float(row_l1_norms(b).max()) for b in net.blocks)
-
-
-@torch.no_grad()
-def binary_spectral_bound(net: BinaryResNet) -> float:
-    """prod_l ||alpha_l * B_l||_2 of the reshaped kernels (the l2 counterpart)."""
-    return math.prod(float(spectral_norm(b)) for b in net.blocks)
+    """prod over the binary layers of ||alpha_l * B_l||_{1,inf} (the bound of a plain binary chain)."""
+    return math.prod(float(row_l1_norms(block).max()) for block in net.blocks)
 
 
 @torch.no_grad()
 def network_linf_bound(net: BinaryResNet) -> float:
-    """l_inf Lipschitz bound of the whole relaxed network (hardtanh for sign, BN in eval mode).
+    """l_inf Lipschitz bound of the whole relaxed network (hardtanh for sign, BatchNorm in eval mode).
 
-    stem conv + BN:   max_i sum|W_i| / sqrt(var_i + eps);  max/avg pooling and the mean: 1;
-    residual layer:   1 + ||alpha * B||_{1,inf} (hardtanh is 1-Lipschitz);  head: max row l1.
+    stem + BN: ||W / sqrt(var + eps)||_{1,inf};  avg pooling and the mean over positions: 1;
+    residual layer: 1 + ||alpha * B||_{1,inf} (hardtanh is 1-Lipschitz);  head: ||W_head||_{1,inf}.
     """
-    bn = net.stem_norm
-    stem = (net.stem.weight.abs().flatten(1).sum(1) / torch.sqrt(bn.running_var + bn.eps)).max()
-    blocks = math.prod(1 + float(row_l1_norms(b).max()) for b in net.blocks)
-    head = net.head.weight.abs().sum(1).max()
-    return float(stem) * blocks * float(head)
+    stem, *binary, head = layer_linf_norms(net)
+    return stem * math.prod(1 + b for b in binary) * head
+
+
+@torch.no_grad()
+def network_spectral_bound(net: BinaryResNet) -> float:
+    """prod_l ||M_l||_2 over every layer (the l2 counterpart, on the reshaped kernels)."""
+    return math.prod(float(torch.linalg.matrix_norm(m, ord=2)) for m in effective_weights(net))
