@@ -1,4 +1,4 @@
-"""The algorithm: block Fisher, the natural perturbation sampler, the ZO estimate, the Lightning loops.
+"""The algorithm: block Fisher, the natural perturbation sampler, the ZO estimate, queries to a target.
 
 Natural perturbation (the ICML paper, as reconstructed in the brief): probes delta ~ N(0, Sigma)
 maximise the entropy (1/2) log det Sigma at a bounded expected change of the network's predictive
@@ -11,9 +11,8 @@ a natural-gradient direction from forward queries only.
 from __future__ import annotations
 
 import math
-import time
 
-import lightning as L
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -126,7 +125,10 @@ def zo_gradient(losses: torch.Tensor, deltas: torch.Tensor, mu_prime: float, lam
     return lambda_s / (n_params * n_probes) * slopes @ deltas
 
 
-# ----------------------------------------------------------------------------- Lightning
+def make_sampler(zo_cfg, net: ChipNetwork, natural: bool) -> PerturbationSampler:
+    return PerturbationSampler(
+        net.blocks, natural=natural, rho=zo_cfg.rho, ema=zo_cfg.fisher_ema, normalize_blocks=zo_cfg.normalize_blocks
+    )
 
 
 def chip_metrics(
@@ -139,122 +141,89 @@ def chip_metrics(
     return losses, accuracy
 
 
-class PretrainModule(L.LightningModule):
-    """Backprop on the ideal twin (the precursor's rough software pre-training)."""
-
-    def __init__(self, twin: ChipNetwork, lr: float) -> None:
-        super().__init__()
-        self.twin, self.lr = twin, lr
-
-    def _shared_step(self, batch, stage: str) -> torch.Tensor:
-        x, y = batch
-        losses, accuracy = chip_metrics(self.twin, self.twin.theta[None], x, y)
-        self.log_dict(
-            {f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]}, on_step=False, on_epoch=True, batch_size=len(y)
-        )
-        return losses[0]
-
-    def training_step(self, batch, batch_idx):
-        return self._shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self._shared_step(batch, "test")  # the twin on the test split
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.twin.parameters(), lr=self.lr)
+# ----------------------------------------------------------------------------- sampler check
 
 
-class ZOModule(L.LightningModule):
-    """Zeroth-order training of the chip: Q + 1 forward queries per minibatch, no backprop through it.
+def sampler_check(cfg, chip: ChipNetwork, x: torch.Tensor, y: torch.Tensor, seed: int) -> dict[str, float]:
+    """The brief's must-pass sampler test on the nominal model at a fixed theta.
 
-    Manual optimisation: the estimate g_hat is written into ``theta.grad`` and Adam (or SGD)
-    steps on it. Natural probes take their covariance from the twin's block Fisher at the
-    chip's current parameters, refreshed every ``fisher_every`` minibatches.
+    With the block Fisher F at theta and Q = ``check_probes`` probes: cos(g_hat_NP, Sigma grad L)
+    and cos(g_hat_I, grad L); the empirical covariance of raw natural probes against the closed form
+    (1 + rho)(F + rho I)^-1, relative Frobenius error next to its Monte-Carlo expectation; probe norms.
     """
+    twin = chip.nominal()
+    theta = twin.theta.detach()
+    natural = make_sampler(cfg.zo, twin, natural=True)
+    natural.ema = 1.0
+    natural.update(block_fisher(twin, theta, x))
+    isotropic = make_sampler(cfg.zo, twin, natural=False)
+    # Exact gradient of the nominal loss (allowed: this is the software twin, not the chip).
+    theta_req = theta.clone().requires_grad_(True)
+    loss = chip_metrics(twin, theta_req[None], x, y)[0][0]
+    grad = torch.autograd.grad(loss, theta_req)[0].detach()
+    mu_prime = cfg.zo.mu / math.sqrt(twin.n_params)
+    out: dict[str, float] = {}
+    generator = torch.Generator().manual_seed(30_000 + seed)
+    for name, sampler, target in (("np", natural, natural.precondition(grad)), ("iso", isotropic, grad)):
+        estimate = torch.zeros_like(theta)
+        deltas_all = []
+        for chunk in torch.split(torch.arange(cfg.check_probes), 512):
+            deltas = sampler.sample(len(chunk), generator)
+            with torch.no_grad():
+                losses = chip_metrics(twin, torch.cat([theta[None], theta + mu_prime * deltas]), x, y)[0]
+            estimate += zo_gradient(losses, deltas, mu_prime, cfg.zo.lambda_s) * len(chunk)
+            deltas_all.append(deltas)
+        deltas = torch.cat(deltas_all)
+        out[f"sampler/cos_{name}"] = float(F.cosine_similarity(estimate, target, dim=0))
+        out[f"sampler/cos_{name}_predicted"] = predicted_cosine(sampler, grad, cfg.check_probes)
+        out[f"sampler/probe_norm_err_{name}"] = float(((mu_prime * deltas).norm(dim=1) / cfg.zo.mu - 1).abs().max())
+    raw = natural.sample_raw(cfg.check_probes, generator)
+    errors, expected = [], []
+    for (a, b), cov in zip(natural.blocks, natural.covariance_blocks()):
+        empirical = raw[:, a:b].T @ raw[:, a:b] / len(raw)
+        errors.append(float((empirical - cov).norm() / cov.norm()))
+        # E||S - Sigma||_F^2 = (tr(Sigma)^2 + tr(Sigma^2)) / Q for Q zero-mean Gaussian samples.
+        expected.append(float(torch.sqrt((torch.trace(cov) ** 2 + torch.trace(cov @ cov)) / len(raw)) / cov.norm()))
+    out["sampler/cov_rel_err"] = max(errors)
+    out["sampler/cov_rel_err_expected"] = max(expected)
+    out["sampler/cov_anisotropy"] = float(max(torch.linalg.cond(c) for c in natural.covariance_blocks()))
+    return out
 
-    def __init__(
-        self, chip: ChipNetwork, twin: ChipNetwork, sampler: PerturbationSampler, zo_cfg, lr: float, probe_seed: int
-    ) -> None:
-        super().__init__()
-        self.automatic_optimization = False
-        self.chip, self.twin, self.sampler, self.cfg, self.lr = chip, twin, sampler, zo_cfg, lr
-        self.probes = torch.Generator().manual_seed(probe_seed)
-        self.queries = 0  # parameter settings evaluated on a training minibatch
-        self.mu_prime = zo_cfg.mu / math.sqrt(chip.n_params)
 
-    def _shared_step(self, batch, stage: str, deltas: torch.Tensor | None = None) -> torch.Tensor:
-        """Query the chip at theta (and theta + mu' delta_q); record loss/acc at theta; return all losses.
+def predicted_cosine(sampler: PerturbationSampler, grad: torch.Tensor, n_probes: int) -> float:
+    """Monte-Carlo expectation of cos(g_hat, Sigma g) for Q Gaussian probes N(0, Sigma) (Isserlis):
+    E||g_hat - Sigma g||^2 = ((g^T Sigma g) tr Sigma + ||Sigma g||^2) / Q, so cos ~ (1 + that / ||Sigma g||^2)^-1/2.
+    Ignores the probes' norm rescaling; large when g lies where Sigma is small (natural probes)."""
+    target = sampler.precondition(grad)
+    trace = sum(float(torch.trace(c)) for c in sampler.covariance_blocks())
+    relative = (float(grad @ target) * trace + float(target @ target)) / (n_probes * float(target @ target))
+    return 1 / math.sqrt(1 + relative)
 
-        Training minibatches are summed and logged once per epoch (``train/loss``, ``train/acc``):
-        Lightning's per-call logging costs more than a chip query at this size.
-        """
-        x, y = batch
-        theta = self.chip.theta.detach()
-        thetas = theta[None] if deltas is None else torch.cat([theta[None], theta + self.mu_prime * deltas])
-        with torch.no_grad():
-            losses, accuracy = chip_metrics(self.chip, thetas, x, y)
-        if stage == "train":
-            self._train_sums = [
-                self._train_sums[0] + float(losses[0]) * len(y),
-                self._train_sums[1] + float(accuracy[0]) * len(y),
-                self._train_sums[2] + len(y),
-            ]
-        else:
-            self.log_dict(
-                {f"{stage}/loss": losses[0], f"{stage}/acc": accuracy[0]},
-                on_step=False,
-                on_epoch=True,
-                batch_size=len(y),
-                add_dataloader_idx=False,
-            )
-        return losses
 
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        # What a resumed run needs beyond weights, Adam and the probe generator (the spine saves every
-        # torch.Generator of the module): the curvature EMA and the query count.
-        checkpoint["zo_state"] = {"queries": self.queries, "curvature": self.sampler.curvature}
+# ----------------------------------------------------------------------------- queries to a target loss
 
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        state = checkpoint["zo_state"]
-        self.queries = int(state["queries"])
-        if state["curvature"] is not None:
-            self.sampler.set_curvature(list(state["curvature"]))
 
-    def on_train_start(self) -> None:
-        self._started = time.perf_counter()
+def target_loss(start: float, curves: list[np.ndarray], fraction: float) -> float:
+    """The level ``start - fraction * (start - common)``, with ``common`` the higher of the curves' minima:
+    the loss reduction every arm reaches, of which the target asks ``fraction``. NaN when some arm never
+    got below ``start`` (no common reduction to measure speed on)."""
+    common = max(float(np.min(c)) for c in curves)
+    if not common < start:
+        return math.nan
+    return start - fraction * (start - common)
 
-    def on_train_epoch_start(self) -> None:
-        self._train_sums = [0.0, 0.0, 0]  # loss and accuracy sums, samples
 
-    def training_step(self, batch, batch_idx):
-        x, _ = batch
-        if self.sampler.natural and (self.sampler.cholesky is None or self.global_step % self.cfg.fisher_every == 0):
-            self.twin.theta.data.copy_(self.chip.theta.detach())
-            self.sampler.update(block_fisher(self.twin, self.chip.theta, x))
-        deltas = self.sampler.sample(self.cfg.n_probes, self.probes).to(self.chip.theta)
-        losses = self._shared_step(batch, "train", deltas)
-        self.queries += len(losses)
-        optimiser = self.optimizers()
-        optimiser.zero_grad()
-        self.chip.theta.grad = zo_gradient(losses, deltas, self.mu_prime, self.cfg.lambda_s)
-        optimiser.step()
-        return losses[0]
+def queries_to_reach(queries: np.ndarray, curve: np.ndarray, level: float) -> float:
+    """Queries at which ``curve`` first reaches ``level``, interpolated linearly between evaluation points.
 
-    def on_train_epoch_end(self) -> None:
-        loss_sum, acc_sum, count = self._train_sums
-        self.log_dict(
-            {
-                "train/loss": loss_sum / count,
-                "train/acc": acc_sum / count,
-                "queries": float(self.queries),
-                "seconds": time.perf_counter() - self._started,
-            }
-        )  # wall clock, evaluation included
-
-    def validation_step(self, batch, batch_idx, dataloader_idx: int = 0):
-        self._shared_step(batch, ("trainset", "test")[dataloader_idx])
-
-    def configure_optimizers(self):
-        if self.cfg.optimizer == "adam":
-            return torch.optim.Adam([self.chip.theta], lr=self.lr)
-        return torch.optim.SGD([self.chip.theta], lr=self.lr, momentum=self.cfg.momentum)
+    ``curve[i]`` is the loss after ``queries[i]`` queries (``queries[0] = 0``: the starting point).
+    NaN if the curve never reaches ``level``."""
+    queries, curve = np.asarray(queries, float), np.asarray(curve, float)
+    hits = np.nonzero(curve <= level)[0]
+    if not len(hits) or not math.isfinite(level):
+        return math.nan
+    i = int(hits[0])
+    if i == 0:
+        return float(queries[0])
+    drop = curve[i - 1] - curve[i]
+    return float(queries[i - 1] + (queries[i] - queries[i - 1]) * (curve[i - 1] - level) / drop)

@@ -245,3 +245,11 @@ def make_network(net_cfg, n_features: int) -> ChipNetwork:
     if net_cfg.arch == "mesh":
         return MeshONN(n_features, net_cfg.columns, net_cfg.n_meshes, net_cfg.n_classes, net_cfg.threshold)
     return MLPNet(n_features, net_cfg.hidden, net_cfg.n_classes)
+
+
+def build_chip(cfg, n_features: int, seed: int) -> ChipNetwork:
+    """The chip of one seed: random initial parameters and its fabrication defects."""
+    generator = torch.Generator().manual_seed(10_000 + seed)
+    chip = make_network(cfg.net, n_features)
+    chip.init_theta(generator)
+    return chip.draw_defects(cfg.chip, generator)

