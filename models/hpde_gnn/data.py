@@ -1,8 +1,15 @@
-"""Datasets: contextual stochastic block models over homophily levels, and grid-graph filter regression.
+"""Datasets: the benchmark graphs, contextual stochastic block models, and grid-graph filter regression.
 
-Every graph is written as one ``.npz`` (``x`` (n, f), ``edge_index`` (2, E) undirected, ``y`` (n,),
-``train_mask``/``val_mask``/``test_mask`` (splits, n)). A user-supplied Planetoid dataset
-(``raw/ind.<name>.*``, the format the paper's PyG loaders read) is converted to the same layout.
+Benchmark graphs are the committed raw files ``data/raw/graphs/<name>.npz`` (checked by sha256 through
+``models.common.raw_data``): Cora and Citeseer in the shchur/gnn-benchmark layout (CSR arrays ``adj_*``,
+``attr_*``, ``labels``), the heterophilous graphs in the yandex-research/heterophilous-graphs layout
+(``node_features``, ``node_labels``, ``edges``, ``train_masks``/``val_masks``/``test_masks`` (10, n): the
+Geom-GCN 48/32/20 splits). Every graph is made undirected without self-loops or repeated edges.
+
+``prepare`` writes every graph as one ``.npz``: features as CSR arrays (``x_indptr``, ``x_indices``,
+``x_data``, ``x_shape``), ``edge_index`` (2, E), ``y`` (n,), ``train_mask``/``val_mask``/``test_mask``
+(splits, n). A user-supplied Planetoid dataset (``raw/ind.<name>.*``, the format PyG's loader reads) is
+converted to the same layout.
 """
 
 from __future__ import annotations
@@ -28,6 +35,90 @@ TARGET_RESPONSES = {
 def load_npz(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as archive:
         return {k: archive[k] for k in archive.files}
+
+
+# ----------------------------------------------------------------------------- benchmark graphs
+
+
+class GraphFormatError(ValueError):
+    """A benchmark graph file lacks an array its layout needs, or holds inconsistent ones."""
+
+
+GNN_BENCHMARK_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "attr_data", "attr_indices",
+                      "attr_indptr", "attr_shape", "labels")  # fmt: skip
+HETEROPHILOUS_KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
+
+
+def undirected(edge_index: np.ndarray) -> np.ndarray:
+    """Both directions of every edge, no self-loops, no repeats, sorted: (2, E) int64."""
+    pairs = np.asarray(edge_index, dtype=np.int64).reshape(2, -1).T
+    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    return np.unique(np.concatenate([pairs, pairs[:, ::-1]]), axis=0).T.copy()
+
+
+def read_graph_file(path: Path) -> dict:
+    """One benchmark ``.npz`` (either layout) as ``features`` (scipy CSR float32), ``edge_index``, ``y`` and
+    ``splits`` (the file's train/val/test masks, or None when it carries none)."""
+    import scipy.sparse
+
+    with np.load(path, allow_pickle=False) as archive:
+        arrays = {k: archive[k] for k in archive.files}
+    if all(k in arrays for k in GNN_BENCHMARK_KEYS):
+        shape = tuple(int(v) for v in arrays["attr_shape"])
+        features = scipy.sparse.csr_matrix(
+            (arrays["attr_data"], arrays["attr_indices"], arrays["attr_indptr"]), shape=shape
+        )
+        adjacency = scipy.sparse.csr_matrix(
+            (arrays["adj_data"], arrays["adj_indices"], arrays["adj_indptr"]),
+            shape=tuple(int(v) for v in arrays["adj_shape"]),
+        ).tocoo()
+        edges, y, splits = np.stack([adjacency.row, adjacency.col]), arrays["labels"], None
+    elif all(k in arrays for k in HETEROPHILOUS_KEYS):
+        features = scipy.sparse.csr_matrix(arrays["node_features"])
+        edges, y = arrays["edges"].T, arrays["node_labels"]
+        splits = {f"{k}_mask": arrays[f"{k}_masks"].astype(bool) for k in ("train", "val", "test")}
+    else:
+        raise GraphFormatError(
+            f"{path}: expected the gnn-benchmark arrays {GNN_BENCHMARK_KEYS} or the heterophilous-graphs arrays "
+            f"{HETEROPHILOUS_KEYS}; found {sorted(arrays)}"
+        )
+    n = features.shape[0]
+    if len(y) != n or edges.size and (edges.min() < 0 or edges.max() >= n):
+        raise GraphFormatError(f"{path}: {n} feature rows, {len(y)} labels, edge ids must lie in [0, {n})")
+    if splits is not None and any(m.ndim != 2 or m.shape[1] != n for m in splits.values()):
+        raise GraphFormatError(f"{path}: split masks must be (splits, {n})")
+    return {"features": features.astype(np.float32), "edge_index": undirected(edges), "y": y.astype(np.int64),
+            "splits": splits}  # fmt: skip
+
+
+def load_benchmark_graph(name: str) -> dict:
+    """``data/raw/graphs/<name>.npz``, checked against its pinned sha256 (``RawDataError`` otherwise)."""
+    from models.common import raw_data
+
+    return read_graph_file(raw_data.raw_file(f"graphs/{name}.npz"))
+
+
+def graph_provenance(name: str) -> str:
+    from models.common import raw_data
+
+    return raw_data.provenance(f"graphs/{name}.npz")
+
+
+def csr_arrays(features) -> dict[str, np.ndarray]:
+    """A scipy CSR matrix as the ``x_*`` arrays of a prepared graph file."""
+    import scipy.sparse
+
+    matrix = scipy.sparse.csr_matrix(features, dtype=np.float32)
+    matrix.sum_duplicates()
+    matrix.sort_indices()
+    return {"x_indptr": matrix.indptr.astype(np.int64), "x_indices": matrix.indices.astype(np.int64),
+            "x_data": matrix.data.astype(np.float32), "x_shape": np.array(matrix.shape, dtype=np.int64)}  # fmt: skip
+
+
+def majority_rate(y: np.ndarray, mask: np.ndarray) -> float:
+    """Accuracy of always predicting the most frequent class among ``mask``'s nodes."""
+    counts = np.bincount(y[mask])
+    return float(counts.max() / counts.sum()) if counts.size else float("nan")
 
 
 # ----------------------------------------------------------------------------- CSBM

@@ -131,8 +131,8 @@ def test_the_walk_finds_every_offender():
 def test_the_walk_reaches_nested_tuples_and_sections():
     names = {(slug, leaf.name) for slug, spec in METHODS.items() for leaf in leaves(spec.config)}
     assert {
-        ("hpde_gnn", "epochs"),
-        ("hpde_gnn", "data.homophily[]"),
+        ("hpde_gnn", "max_epochs"),
+        ("hpde_gnn", "data.csbm.homophily[]"),
         ("sta", "kernel.cases[].canvas[]"),
         ("sta", "eval.sweep_windows[][]"),
         ("bnn_linf", "data.heart_rate_bands[][]"),
@@ -194,11 +194,11 @@ def test_an_absurd_count_exits_2_before_any_run(slug, tmp_path, capsys):
     [
         ("seed=-1", "seed=-1: Input should be greater than or equal to 0"),
         ("seed=1000000000000000000000000000000", "Input should be less than or equal to 4294967295"),
-        ("lr=.inf", "lr=inf: Input should be a finite number"),
-        ("lr=1e400", "lr=inf: Input should be a finite number"),
-        ("lr=1e300", "lr=1e+300: Input should be less than or equal to 10"),
-        ("dropout=1.0", "dropout=1.0: Input should be less than 1"),
-        ("data.homophily=[0.1, 2.0]", "data.homophily.1=2.0: Input should be less than or equal to 1"),
+        ("regression_lr=.inf", "regression_lr=inf: Input should be a finite number"),
+        ("regression_lr=1e400", "regression_lr=inf: Input should be a finite number"),
+        ("regression_lr=1e300", "regression_lr=1e+300: Input should be less than or equal to 10"),
+        ("dropout_grid=[1.0]", "dropout_grid.0=1.0: Input should be less than 1"),
+        ("data.csbm.homophily=[0.1, 2.0]", "data.csbm.homophily.1=2.0: Input should be less than or equal to 1"),
         ("data.planetoid_dir=/tmp/crafted", "must be a relative path inside the project's data/ folder"),
         ("data.planetoid_dir=../crafted", "must be a relative path inside the project's data/ folder"),
         ("data.planetoid_name=../../x", "data.planetoid_name='../../x': String should match pattern"),
