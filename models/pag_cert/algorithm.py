@@ -60,6 +60,14 @@ def chernoff_index(s: int, p_min: float, delta: float) -> int:
     return int(math.floor(s * q - math.sqrt(2.0 * s * q * math.log(2.0 / delta))))
 
 
+def runs_to_decide(threshold: float, confidence: float = 0.95) -> int:
+    """Fewest runs n whose all-pass two-sided Clopper-Pearson lower end, ((1 - confidence) / 2) ** (1 / n),
+    reaches ``threshold``: with fewer, "pass rate >= threshold" cannot hold whatever the runs show."""
+    if not 0 < threshold < 1:
+        raise ValueError(f"threshold {threshold}: need 0 < threshold < 1")
+    return math.ceil(math.log((1 - confidence) / 2) / math.log(threshold))
+
+
 # ----------------------------------------------------------------------------- kappa -> rho mapping
 
 
@@ -190,11 +198,16 @@ def linear_radius(weight: torch.Tensor, bias: torch.Tensor, x: torch.Tensor) -> 
     rob(x) = min_{j != c} ((w_c - w_j) . x + b_c - b_j) / ||w_c - w_j||_1: the l_inf distance to the
     hyperplane where class j overtakes the predicted class c.
     """
-    logits = x @ weight.T + bias
+    return radius_from_logits(weight, x @ weight.T + bias)
+
+
+@torch.no_grad()
+def radius_from_logits(weight: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """:func:`linear_radius` from logits already computed (the certification loop needs them for conf anyway)."""
     label = logits.argmax(dim=1)
     l1 = (weight[:, None, :] - weight[None, :, :]).abs().sum(dim=2)  # (classes, classes)
     margins = logits.gather(1, label[:, None]) - logits
-    ratio = margins / l1[label]
+    ratio = margins / l1[label].to(logits.dtype)
     ratio.scatter_(1, label[:, None], math.inf)
     return ratio.amin(dim=1)
 
@@ -224,28 +237,30 @@ def pgd_radius(net: nn.Module, x: torch.Tensor, eps: float, alpha: float, steps:
 
     rob = ||x_adv - x||_inf at the first step whose prediction differs, +inf if none does within
     ``steps`` steps inside the eps-ball. An adversarial example exists at that distance, so this
-    upper-bounds the true radius (optimistic oracle). Points drop out of the batch once they flip.
+    upper-bounds the true radius (optimistic oracle). Points drop out of the batch once they flip;
+    the perturbation is kept as its own tensor and updated in place (the attack is memory-bound).
     """
     with torch.no_grad():
         label = net(x).argmax(dim=1)
     rob = torch.full((len(x),), math.inf, dtype=x.dtype)
-    index, origin, xa = torch.arange(len(x)), x, x.clone()
+    index, origin, delta = torch.arange(len(x)), x, torch.zeros_like(x)
     for step in range(steps + 1):
-        xa.requires_grad_(True)
+        xa = (origin + delta).requires_grad_(True)
         logits = net(xa)
         flipped = logits.argmax(dim=1) != label
         any_flipped = bool(flipped.any())
         if any_flipped:
-            rob[index[flipped]] = (xa.detach()[flipped] - origin[flipped]).abs().amax(dim=1)
+            rob[index[flipped]] = delta[flipped].abs().amax(dim=1)
         if step == steps or bool(flipped.all()):
             break
         keep = ~flipped
         loss_logits, loss_label = (logits[keep], label[keep]) if any_flipped else (logits, label)
         (grad,) = torch.autograd.grad(nn.functional.cross_entropy(loss_logits, loss_label, reduction="sum"), xa)
-        xa = xa.detach()
         if any_flipped:  # compact the batch to the points still unbroken
-            index, origin, label, xa, grad = index[keep], origin[keep], label[keep], xa[keep], grad[keep]
-        xa = origin + (xa + alpha * grad.sign() - origin).clamp(-eps, eps)
+            index, origin, label, delta, grad = index[keep], origin[keep], label[keep], delta[keep], grad[keep]
+        delta.add_(grad.sign_(), alpha=alpha)
+        if alpha * (step + 1) > eps:  # the projection onto the eps-ball can only bind from here on
+            delta.clamp_(-eps, eps)
     return rob
 
 

