@@ -1,4 +1,4 @@
-"""TarFlow: a Transformer autoregressive affine flow on flattened Cartesian coordinates.
+"""TarFlow (a Transformer autoregressive affine flow) and the two spaces it models molecules in.
 
 Re-implemented from the paper's description (after apple/ml-tarflow as adapted by SBG): the
 molecule is a sequence of ``n_tokens`` tokens (one per x/y/z coordinate, ``channels = 1``). Each
@@ -9,6 +9,13 @@ log-det ``-sum(a)``. The output projection starts at zero, so a fresh flow is th
 
 Data -> latent (``forward``) is one parallel pass; latent -> data (``reverse``) runs token by
 token with a key/value cache (exact inversion, ``n_tokens`` sequential steps per block).
+
+Two generators wrap it: ``BoltzmannGenerator`` (the paper's Cartesian coordinates, with the
+centre-of-mass and rotation extensions of the target) and ``InternalBoltzmannGenerator`` (a
+Z-matrix of bond lengths, angles and dihedrals built from the topology's bond graph, one token
+per placed atom). Both expose the same sampling interface: ``sample`` -> (y, E_source),
+``source_energy_whitened(y)``, ``y_to_nm(y)`` (differentiable) and ``target_correction(y)``
+(what E_target(y) adds to U(x(y))/kT: minus the log-Jacobian of x(y), +inf off the support).
 """
 
 from __future__ import annotations
@@ -286,6 +293,14 @@ class BoltzmannGenerator(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.log_prob(x)
 
+    def y_to_nm(self, y: torch.Tensor) -> torch.Tensor:
+        """Conformations (batch, atoms, 3) in nm of whitened coordinates y (linear, differentiable)."""
+        return self.unwhiten(y) * self.scale.to(y.dtype)
+
+    def target_correction(self, y: torch.Tensor) -> torch.Tensor:
+        """The map y -> x is affine: its log-Jacobian is a constant, which cancels in every weight."""
+        return torch.zeros(y.shape[0], dtype=y.dtype, device=y.device)
+
     def source_energy_whitened(self, y: torch.Tensor) -> torch.Tensor:
         """E_source at x = mean + chol y: -log q(x) + log rho(c) [+ log rho(R)] (log w = E_source - E_target)."""
         return -self.flow.log_prob(y) + self.chol_logdet + self.extension_log_density(self.unwhiten(y))
@@ -322,3 +337,245 @@ def quaternion_matrix(q: torch.Tensor) -> torch.Tensor:
         ],
         -1,
     ).view(*q.shape[:-1], 3, 3)
+
+
+# ----------------------------------------------------------------------------- internal coordinates
+
+
+def _angle(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    u, v = a - b, c - b
+    return torch.atan2(torch.linalg.cross(u, v).norm(dim=-1), (u * v).sum(-1))
+
+
+def _dihedral(p0: torch.Tensor, p1: torch.Tensor, p2: torch.Tensor, p3: torch.Tensor) -> torch.Tensor:
+    b1, b2, b3 = p1 - p0, p2 - p1, p3 - p2
+    c1, c2 = torch.linalg.cross(b2, b3), torch.linalg.cross(b1, b2)
+    return torch.atan2((b1 * c1).sum(-1) * b2.norm(dim=-1), (c1 * c2).sum(-1))
+
+
+def _place(pd, pg, pp, r, theta, phi):
+    """NeRF: the atom at distance r from pp, angle theta to pg, dihedral phi (pd-pg-pp-atom)."""
+    bc = pp - pg
+    bc = bc / bc.norm(dim=-1, keepdim=True)
+    normal = torch.linalg.cross(pg - pd, bc)
+    normal = normal / normal.norm(dim=-1, keepdim=True)
+    frame = torch.stack([bc, torch.linalg.cross(normal, bc), normal], -1)
+    local = torch.stack(
+        [-r * torch.cos(theta), r * torch.sin(theta) * torch.cos(phi), r * torch.sin(theta) * torch.sin(phi)], -1
+    )
+    return pp + (frame @ local.unsqueeze(-1)).squeeze(-1)
+
+
+def build_zmatrix(n_atoms: int, bonds: list[tuple[int, int]], heavy: list[bool], seed: tuple[int, int, int]):
+    """Rows (atom, bond partner, angle partner, dihedral partner) placing every atom after ``seed``.
+
+    Heavy atoms first (breadth first from the seed), then hydrogens. An atom whose parent already
+    has a placed child uses that sibling as dihedral partner, so only one torsion per rotor (a
+    methyl, phi, psi) is free and the others are near-constant offsets from it.
+    """
+    neighbours: dict[int, set[int]] = {i: set() for i in range(n_atoms)}
+    for a, b in bonds:
+        neighbours[a].add(b)
+        neighbours[b].add(a)
+    if not (seed[1] in neighbours[seed[0]] and seed[2] in neighbours[seed[1]]):
+        raise ValueError(f"Z-matrix seed {seed} is not a bonded chain of three atoms")
+    placed, parent, rows = list(seed), {seed[1]: seed[0], seed[2]: seed[1]}, []
+    for want_heavy in (True, False):
+        grew = True
+        while grew:
+            grew = False
+            for p in list(placed):
+                for a in sorted(neighbours[p]):
+                    if a in placed or heavy[a] != want_heavy:
+                        continue
+                    g = parent.get(p, min(q for q in neighbours[p] if q in placed))
+                    siblings = [s for s in sorted(neighbours[p]) if s in placed and s != g]
+                    if siblings:
+                        d = siblings[0]
+                    else:
+                        further = sorted(
+                            (q for q in neighbours[g] if q in placed and q != p), key=lambda q: (not heavy[q], q)
+                        )
+                        d = further[0] if further else next(q for q in placed if q not in (p, g))
+                    rows.append((a, p, g, d))
+                    placed.append(a)
+                    parent[a] = p
+                    grew = True
+    if len(placed) != n_atoms:
+        missing = sorted(set(range(n_atoms)) - set(placed))
+        raise ValueError(f"atoms {missing} are not bonded to the rest of the molecule: no Z-matrix")
+    return rows
+
+
+def zmatrix_of_topology(topology) -> tuple[tuple[int, int, int], list[tuple[int, int, int, int]]]:
+    """Seed (C of the first residue, N and CA of the second: the first phi's atoms) and Z-matrix rows."""
+    atoms = list(topology.atoms())
+    index = {(a.residue.index, a.name): a.index for a in atoms}
+    bonds = [(a.index, b.index) for a, b in topology.bonds()]
+    heavy = [a.element is None or a.element.symbol != "H" for a in atoms]
+    if all(k in index for k in ((0, "C"), (1, "N"), (1, "CA"))):
+        seed = (index[0, "C"], index[1, "N"], index[1, "CA"])
+    else:  # any bonded chain of three heavy atoms
+        neighbours = {
+            i: sorted({b for a, b in bonds if a == i} | {a for a, b in bonds if b == i}) for i in range(len(atoms))
+        }
+        first = next(i for i in range(len(atoms)) if heavy[i] and any(len(neighbours[j]) > 1 for j in neighbours[i]))
+        second = next(j for j in neighbours[first] if len(neighbours[j]) > 1)
+        seed = (first, second, next(k for k in neighbours[second] if k != first))
+    return seed, build_zmatrix(len(atoms), bonds, heavy, seed)
+
+
+class InternalCoordinates(nn.Module):
+    """x (batch, atoms, 3) <-> q (batch, atoms - 2, 3): token 0 = (r1, r2, theta2) of the seed, then
+    (r, theta, phi) of every placed atom. x is rebuilt in a canonical frame (seed atom 0 at the
+    origin, atom 1 on the x axis, atom 2 in the xy plane): the 6 rigid-body coordinates are dropped,
+    which the target does not depend on. Volume element: dx = |J| dq dR dc with
+    log|J| = 2 log r1 + 2 log r2 + log sin theta2 + sum_i (2 log r_i + log sin theta_i)."""
+
+    def __init__(self, n_atoms: int, seed: tuple[int, int, int], rows: list[tuple[int, int, int, int]]) -> None:
+        super().__init__()
+        self.n_atoms, self.seed = n_atoms, tuple(int(i) for i in seed)
+        # Both travel in the state dict, so a saved model rebuilds its own Z-matrix.
+        self.register_buffer("seed_atoms", torch.tensor(self.seed, dtype=torch.long))
+        self.register_buffer("rows", torch.tensor(rows, dtype=torch.long).view(-1, 4))
+
+    @property
+    def n_tokens(self) -> int:
+        return 1 + len(self.rows)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        s0, s1, s2 = self.seed
+        a, p, g, d = self.rows.unbind(1)
+        seed = torch.stack(
+            [
+                (x[:, s1] - x[:, s0]).norm(dim=-1),
+                (x[:, s2] - x[:, s1]).norm(dim=-1),
+                _angle(x[:, s0], x[:, s1], x[:, s2]),
+            ],
+            1,
+        )
+        placed = torch.stack(
+            [
+                (x[:, a] - x[:, p]).norm(dim=-1),
+                _angle(x[:, a], x[:, p], x[:, g]),
+                _dihedral(x[:, d], x[:, g], x[:, p], x[:, a]),
+            ],
+            -1,
+        )
+        return torch.cat([seed.unsqueeze(1), placed], 1)
+
+    def inverse(self, q: torch.Tensor) -> torch.Tensor:
+        zero = torch.zeros(q.shape[0], dtype=q.dtype, device=q.device)
+        r1, r2, theta2 = q[:, 0].unbind(-1)
+        positions: list[torch.Tensor | None] = [None] * self.n_atoms
+        positions[self.seed[0]] = torch.stack([zero, zero, zero], 1)
+        positions[self.seed[1]] = torch.stack([r1, zero, zero], 1)
+        positions[self.seed[2]] = torch.stack([r1 - r2 * torch.cos(theta2), r2 * torch.sin(theta2), zero], 1)
+        for k, (a, p, g, d) in enumerate(self.rows.tolist()):
+            positions[a] = _place(positions[d], positions[g], positions[p], *q[:, k + 1].unbind(-1))
+        return torch.stack(positions, 1)
+
+    def log_jacobian(self, q: torch.Tensor) -> torch.Tensor:
+        """log|dx/dq| (rigid-body part aside); -inf where a length or sin(angle) is not positive."""
+        lengths = torch.cat([q[:, :1, :2].flatten(1), q[:, 1:, 0]], 1)
+        angles = torch.cat([q[:, :1, 2], q[:, 1:, 1]], 1)
+        ok = (lengths > 0).all(1) & (angles > 0).all(1) & (angles < math.pi).all(1)
+        value = 2 * lengths.clamp_min(1e-30).log().sum(1) + angles.sin().clamp_min(1e-30).log().sum(1)
+        return torch.where(ok, value, torch.full_like(value, -math.inf))
+
+
+def wrap_angle(a: torch.Tensor) -> torch.Tensor:
+    return torch.remainder(a + math.pi, 2 * math.pi) - math.pi
+
+
+class InternalBoltzmannGenerator(nn.Module):
+    """TarFlow on whitened internal coordinates: one token (r, theta, phi) per placed atom.
+
+    Each dihedral is measured from a centre chosen so that the cut at +-pi lies where the training
+    frames are sparsest; the flow's support is then the box |phi - centre| <= pi, and a proposal
+    outside it gets zero weight (the proposal restricted to the box is renormalised by the self-
+    normalised weights, so the estimate stays exact). The target on the whitened space is
+    E_target(y) = U(x(y))/kT - log|J(q(y))| (whitening's constant log-det aside).
+    """
+
+    def __init__(self, n_atoms: int, seed: tuple[int, int, int], rows: list, **flow_kwargs) -> None:
+        super().__init__()
+        flow_kwargs = {**flow_kwargs, "channels": 3}  # one (r, theta, phi) token per atom
+        self.coordinates = InternalCoordinates(n_atoms, seed, rows)
+        self.flow = TarFlow(self.coordinates.n_tokens, **flow_kwargs)
+        dim = 3 * self.coordinates.n_tokens
+        self.register_buffer("centres", torch.zeros(self.coordinates.n_tokens - 1))  # dihedral centres
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("chol", torch.eye(dim))
+        self.register_buffer("chol_logdet", torch.zeros(()))
+
+    @torch.no_grad()
+    def fit_preprocessing(self, frames_nm: torch.Tensor, bins: int = 36) -> None:
+        """Dihedral centres: opposite the least populated of ``bins`` histogram bins of the frames."""
+        phi = self.coordinates(frames_nm.double())[:, 1:, 2]
+        edges = torch.linspace(-math.pi, math.pi, bins + 1, dtype=torch.float64)
+        centres = []
+        for column in phi.T:
+            counts = torch.histc(column, bins=bins, min=-math.pi, max=math.pi)
+            k = int(torch.argmin(counts))  # ties: the first bin
+            centres.append(float(edges[k] + edges[k + 1]) / 2 + math.pi)
+        self.centres.copy_(wrap_angle(torch.tensor(centres, dtype=torch.float64)))
+
+    @torch.no_grad()
+    def standardise(self, frames_nm: torch.Tensor) -> torch.Tensor:
+        """Internal coordinates (batch, tokens, 3) with dihedrals measured from their centres."""
+        q = self.coordinates(frames_nm.to(self.centres.dtype))
+        q[:, 1:, 2] = wrap_angle(q[:, 1:, 2] - self.centres)
+        return q
+
+    def augment(self, q: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        return q  # internal coordinates are already rotation and translation invariant
+
+    @torch.no_grad()
+    def fit_whitening(self, q: torch.Tensor, copies: int = 1, generator: torch.Generator | None = None) -> None:
+        flat = q.flatten(1).double()
+        chol = torch.linalg.cholesky(torch.cov(flat.T))
+        self.mean.copy_(flat.mean(0))
+        self.chol.copy_(chol)
+        self.chol_logdet.copy_(chol.diagonal().log().sum())
+
+    def whiten(self, q: torch.Tensor) -> torch.Tensor:
+        flat = (q.flatten(1) - self.mean.to(q.dtype)).unsqueeze(-1)
+        return torch.linalg.solve_triangular(self.chol.to(q.dtype), flat, upper=False).view_as(q)
+
+    def unwhiten(self, y: torch.Tensor) -> torch.Tensor:
+        return (y.flatten(1) @ self.chol.to(y.dtype).T + self.mean.to(y.dtype)).view_as(y)
+
+    def log_prob(self, q: torch.Tensor) -> torch.Tensor:
+        return self.flow.log_prob(self.whiten(q)) - self.chol_logdet
+
+    def forward(self, q: torch.Tensor) -> torch.Tensor:
+        return self.log_prob(q)
+
+    def _absolute(self, y: torch.Tensor) -> torch.Tensor:
+        q = self.unwhiten(y)
+        return torch.cat(
+            [q[:, :1], torch.cat([q[:, 1:, :2], (q[:, 1:, 2] + self.centres.to(q.dtype)).unsqueeze(-1)], -1)], 1
+        )
+
+    def y_to_nm(self, y: torch.Tensor) -> torch.Tensor:
+        return self.coordinates.inverse(self._absolute(y))
+
+    def target_correction(self, y: torch.Tensor) -> torch.Tensor:
+        """-log|dx/dq| at q(y); +inf outside the box of measured dihedrals or the valid geometry."""
+        q = self.unwhiten(y)
+        inside = (q[:, 1:, 2].abs() <= math.pi).all(1)
+        value = -self.coordinates.log_jacobian(self._absolute(y))
+        return torch.where(inside, value, torch.full_like(value, math.inf))
+
+    def source_energy_whitened(self, y: torch.Tensor) -> torch.Tensor:
+        return -self.flow.log_prob(y) + self.chol_logdet
+
+    @torch.no_grad()
+    def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        y, log_q = self.flow.sample(n, generator)
+        return y, -log_q + self.chol_logdet
+
+    @torch.no_grad()
+    def sample_nm(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        return self.y_to_nm(self.sample(n, generator)[0])

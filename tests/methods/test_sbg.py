@@ -1,5 +1,6 @@
-"""SBG: the TarFlow's exactness, Prop. 1's CoM density, the samplers' invariants, the metrics,
-the OpenMM target, the trajectory loader, and a smoke run of the whole pipeline."""
+"""SBG: the TarFlow's exactness, the internal-coordinate map and its Jacobian, Prop. 1's CoM
+density, the samplers' invariants, the metrics, the OpenMM target and its gradient through x(y),
+the frame split, the trajectory loader, the claim's states, and the session's smoke run."""
 
 import json
 import math
@@ -14,7 +15,14 @@ os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 from models.sbg import SPEC  # noqa: E402
 from models.sbg import algorithm as alg  # noqa: E402
 from models.sbg import data as data_mod  # noqa: E402
-from models.sbg.networks import BoltzmannGenerator, TarFlow, quaternion_matrix  # noqa: E402
+from models.sbg.networks import (  # noqa: E402
+    BoltzmannGenerator,
+    InternalBoltzmannGenerator,
+    InternalCoordinates,
+    TarFlow,
+    quaternion_matrix,
+    zmatrix_of_topology,
+)
 
 
 def _random_flow(channels: int, seed: int = 0) -> TarFlow:
@@ -275,10 +283,123 @@ def test_config_rejects_bad_values():
         SPEC.make_config("smoke", {"sampler.ess_threshold": 0.0})
 
 
+# ----------------------------------------------------------------------------- internal coordinates
+
+
+def _chain_molecule(n: int = 5, seed: int = 0) -> tuple[InternalCoordinates, torch.Tensor]:
+    """A bonded chain of n atoms (a Z-matrix with every row's partners distinct) and a bent conformation."""
+    from models.sbg.networks import build_zmatrix
+
+    rows = build_zmatrix(n, [(i, i + 1) for i in range(n - 1)], [True] * n, (0, 1, 2))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.cumsum(torch.randn(n, 3, generator=g, dtype=torch.float64) * 0.15 + 0.1, 0)
+    return InternalCoordinates(n, (0, 1, 2), rows), x
+
+
+def test_zmatrix_of_alanine_dipeptide_places_every_atom_after_its_partners():
+    topology, _ = data_mod.aldp_topology()
+    seed, rows = zmatrix_of_topology(topology)
+    placed = list(seed)
+    for atom, *partners in rows:
+        assert all(p in placed for p in partners) and atom not in placed and len(set(partners)) == 3
+        placed.append(atom)
+    assert sorted(placed) == list(range(22))
+    names = {a.index: a.name for a in topology.atoms()}
+    assert [names[i] for i in seed] == ["C", "N", "CA"]  # the first phi's atoms
+
+
+def test_internal_coordinates_invert_up_to_a_rigid_motion():
+    topology, xyz = data_mod.aldp_topology()
+    coords = InternalCoordinates(22, *zmatrix_of_topology(topology)).double()
+    x = torch.as_tensor(xyz)[None] + 0.01 * torch.randn(4, 22, 3, generator=torch.Generator().manual_seed(0)).double()
+    back = coords.inverse(coords(x))
+    assert torch.allclose(torch.cdist(back, back), torch.cdist(x, x), atol=1e-12)
+    assert torch.allclose(coords(back), coords(x), atol=1e-12)
+
+
+def test_internal_log_jacobian_is_the_volume_of_the_full_cartesian_map():
+    # x = c + R(omega) X(q): |det dx / d(c, omega, q)| = |J(q)| x the Haar density 2(1 - cos t)/t^2
+    # in exponential coordinates (1 at the identity). Checked against autograd on 12 coordinates.
+    coords, x = _chain_molecule(4)
+    q = coords(x[None])[0]
+    omega = torch.tensor([0.3, -0.5, 0.2], dtype=torch.float64)
+
+    def full_map(v):
+        c, w, qq = v[:3], v[3:6], v[6:].view(1, *q.shape)
+        return (coords.inverse(qq)[0] @ alg.rotation_exp(w[None])[0].T + c).flatten()
+
+    v = torch.cat([torch.zeros(3, dtype=torch.float64), omega, q.flatten()])
+    jac = torch.autograd.functional.jacobian(full_map, v)  # 12 x (3 + 3 + 6): square
+    t = omega.norm()
+    expected = coords.log_jacobian(q[None])[0] + torch.log(2 * (1 - torch.cos(t)) / t**2)
+    assert float(torch.linalg.slogdet(jac)[1]) == pytest.approx(float(expected), abs=1e-9)
+
+
+def test_internal_generator_at_init_is_the_gaussian_fit_and_flags_off_support_points():
+    topology, xyz = data_mod.aldp_topology()
+    model = InternalBoltzmannGenerator(
+        22, *zmatrix_of_topology(topology), width=16, blocks=2, layers_per_block=1, head_dim=8
+    )
+    model = model.double()
+    frames = (
+        torch.as_tensor(xyz)[None] + 0.01 * torch.randn(300, 22, 3, generator=torch.Generator().manual_seed(0)).double()
+    )
+    model.fit_preprocessing(frames)
+    q = model.standardise(frames)
+    model.fit_whitening(q)
+    gauss = torch.distributions.MultivariateNormal(model.mean, scale_tril=model.chol)
+    assert torch.allclose(model.log_prob(q), gauss.log_prob(q.flatten(1)), atol=1e-8)
+    y = model.whiten(q)
+    assert torch.allclose(torch.cdist(model.y_to_nm(y), model.y_to_nm(y)), torch.cdist(frames, frames), atol=1e-10)
+    assert torch.isfinite(model.target_correction(y)).all()
+    outside = y.clone()
+    outside[0] = model.whiten(torch.where(torch.arange(3) == 2, q[:1] + 7.0, q[:1]))[0]  # every dihedral + 7 rad
+    assert torch.isinf(model.target_correction(outside)[0])
+
+
+def test_target_gradient_chains_openmm_forces_through_the_internal_map():
+    from models.sbg.pipeline import Energies
+
+    topology, xyz = data_mod.aldp_topology()
+    model = InternalBoltzmannGenerator(
+        22, *zmatrix_of_topology(topology), width=16, blocks=2, layers_per_block=1, head_dim=8
+    )
+    frames = (
+        torch.as_tensor(xyz)[None]
+        + 0.005 * torch.randn(300, 22, 3, generator=torch.Generator().manual_seed(1)).double()
+    )
+    model = model.double()
+    model.fit_preprocessing(frames)
+    model.fit_whitening(model.standardise(frames))
+    energies = Energies(model, data_mod.OpenMMEnergy(topology, "amber99sbildn_obc"))
+    y = model.double().whiten(model.standardise(frames[:2]))
+    e, grad = energies.target_energy(y)
+    direction = torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    h = 1e-5
+    plus, _ = energies.target_energy(y + h * direction, forces=False)
+    minus, _ = energies.target_energy(y - h * direction, forces=False)
+    numeric = (plus - minus) / (2 * h)
+    assert torch.allclose(numeric, (grad * direction).flatten(1).sum(1), rtol=1e-4, atol=1e-4)
+
+
+def test_split_frames_deals_disjoint_contiguous_blocks():
+    from models.sbg.pipeline import split_frames
+
+    train, val, test = split_frames(100, 10, 0.2, 0.2, seed=3)
+    assert len(val) == 20 and len(test) == 20 and len(train) == 60
+    assert sorted(np.concatenate([train, val, test]).tolist()) == list(range(100))
+    for part in (train, val, test):  # whole blocks of 10 consecutive frames
+        assert set(np.unique(part // 10).tolist()) and all(
+            ((part // 10) == b).sum() == 10 for b in np.unique(part // 10)
+        )
+    with pytest.raises(ValueError, match="none for training"):
+        split_frames(100, 3, 0.5, 0.5, seed=0)
+
+
 # ----------------------------------------------------------------------------- pipeline
 
 
-def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
+def test_prepare_with_a_user_trajectory_is_deterministic_and_labelled(tmp_path, monkeypatch):
     from tasks import steps
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
@@ -289,31 +410,46 @@ def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
     np.save(
         user / "aldp.npy", (xyz[None] + 0.003 * np.random.default_rng(0).normal(size=(6, 22, 3))).astype(np.float32)
     )
-    cfg = SPEC.make_config("smoke", {"data.user_trajectory": "raw/aldp.npy", "data.user_topology": "raw/aldp.pdb"})
+    cfg = SPEC.make_config(
+        "smoke",
+        {"data.user_trajectory": "raw/aldp.npy", "data.user_topology": "raw/aldp.pdb", "data.md_steps": 400},
+    )
     ref = steps.prepare(SPEC, cfg, tmp_path)
     assert {"aldp/coordinates.npy", "user/coordinates.npy", "user/topology.pdb"} <= set(ref.files)
     assert steps.prepare(SPEC, cfg, tmp_path).sha256 == ref.sha256  # byte-identical from the seed
     meta = json.loads((ref.path / "aldp" / "meta.json").read_text())
     assert meta["forcefield"] == "amber99sbildn_obc" and meta["n_frames"] == cfg.data.md_steps // cfg.data.save_every
     assert np.isfinite(np.load(ref.path / "user" / "energies.npy")).all()
-    assert ref.source == "real" and ref.meta["system_sources"] == {"aldp": "synthetic", "user": "real"}
+    assert ref.source == "real" and ref.meta["system_sources"] == {"aldp": "real", "user": "real"}
     assert "raw/aldp.npy" in ref.provenance and "OpenMM" in ref.provenance
+    assert "alanine-dipeptide.pdb" in ref.provenance and "amber99sbildn.xml" in ref.provenance
 
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    assert artifacts.history["method"] and (artifacts.model_dir / "flow.pt").is_file()
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
-    v = metrics.values
-    assert not metrics.non_finite()
+
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("sbg")
+    cfg, v, result = run.cfg, run.metrics.values, run.claim
+    assert run.dataset.source == "real"
+    assert run.artifacts.history["method"] and (run.artifacts.model_dir / "flow.pt").is_file()
+    assert not run.metrics.non_finite()
     assert 0 < v["baseline/ess"] <= 1 and 0 < v["method/ess_final"] <= 1
+    assert v["baseline/effective_samples"] == pytest.approx(v["baseline/ess"] * v["proposal/kept"])
     assert v["check/invert_max_abs"] < 1e-8 and v["check/logdet_max_abs_err"] < 1e-8
-    assert {p.name for p in metrics.figures} >= {"ramachandran.png", "energy_histogram.png", "smc_trace.png"}
-    assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
-    assert [c.name for c in result.criteria] == ["energy_w2_smc_minus_snis", "energy_mean_gap_smc_minus_snis"]
+    assert v["select/smc/eps"] in cfg.sampler.eps_grid
+    # Metrics are about U/kT, not the internal-coordinate target (which adds -log J, ~+90 kT here).
+    assert abs(v["proposal/energy_median"] - v["md/energy_mean"]) < 500
+    assert {p.name for p in run.metrics.figures} >= {"ramachandran.png", "energy_histogram.png", "smc_trace.png"}
+    assert result.verdict in ("holds", "fails", "inconclusive")
+    assert [c.name for c in result.criteria] == [
+        "energy_w2_smc_minus_snis",
+        "energy_mean_gap_smc_minus_snis",
+        "torus_w2_smc_minus_snis",
+        "distinct_lineages_smc_minus_snis",
+    ]
     w2 = result.criterion("energy_w2_smc_minus_snis")
     # Smoke samples one seed: the estimate is that seed's difference, and one unit can only be inconclusive.
     assert w2.estimate == pytest.approx(v[f"method/energy_w2_seed{cfg.seed}"] - v[f"baseline/energy_w2_seed{cfg.seed}"])
     assert w2.n_units == 1 and w2.state == "inconclusive" and "one unit" in w2.why
-    model = SPEC.module().load_model(cfg, artifacts.model_dir)
+    model = SPEC.module().load_model(cfg, run.artifacts.model_dir)
     assert isinstance(model, torch.nn.Module)
     assert model.sample_nm(3).shape == (3, 22, 3)
 
@@ -321,8 +457,8 @@ def test_smoke_pipeline_with_a_user_trajectory(tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- claim
 
 
-def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis):
-    """claim() at default scale (3 sampling seeds) on hand-built per-seed metrics; must-pass figures passing."""
+def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=(1.0, 1.2), lineages=(0.5, 0.2)):
+    """claim() at default scale on hand-built per-seed metrics; must-pass figures passing unless changed."""
     from models.base import Metrics
 
     cfg = SPEC.make_config("default")
@@ -330,36 +466,55 @@ def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis):
         "check/invert_max_abs": 0.0,
         "check/logdet_max_abs_err": 0.0,
         "check/md_energies_finite": 1.0,
-        "baseline/ess": 0.5,
+        "check/flow_val_nll": -2.1,
+        "check/initial_val_nll": -2.0,
+        "baseline/ess": 0.1,
+        "baseline/effective_samples": effective_samples,
         "method/ess_final": 0.5,
         "method/energy_mean": -20.0,
         "baseline/energy_mean": -10.0,
-        "method/torus_w2": 1.0,
-        "baseline/torus_w2": 1.0,
         "proposal/energy_median": 0.0,
+        "proposal/energy_w2": 50.0,
+        "proposal/torus_w2": 1.0,
         "md/energy_mean": -23.0,
-        "baseline/unique_fraction": 0.1,
-        "method/unique_fraction": 0.1,
+        "select/smc/eps": 0.3,
     }
-    for k in range(cfg.sampler.n_seeds):
-        seed = cfg.seed + k
-        v[f"method/energy_w2_seed{seed}"], v[f"baseline/energy_w2_seed{seed}"] = w2_smc[k], w2_snis[k]
-        v[f"method/energy_mean_gap_seed{seed}"], v[f"baseline/energy_mean_gap_seed{seed}"] = gap_smc[k], gap_snis[k]
-    for variant, w2, gap in (("method", w2_smc, gap_smc), ("baseline", w2_snis, gap_snis)):
-        v[f"{variant}/energy_w2"], v[f"{variant}/energy_mean_gap"] = float(np.median(w2)), float(np.median(gap))
+    n = cfg.sampler.n_seeds
+    per_seed = {
+        "energy_w2": (w2_smc, w2_snis),
+        "energy_mean_gap": (gap_smc, gap_snis),
+        "torus_w2": ([torus[0] + 0.01 * k for k in range(n)], [torus[1] + 0.01 * k for k in range(n)]),
+        "unique_fraction": ([lineages[0] + 0.01 * k for k in range(n)], [lineages[1] + 0.01 * k for k in range(n)]),
+    }
+    for key, (smc, snis) in per_seed.items():
+        for k in range(n):
+            v[f"method/{key}_seed{cfg.seed + k}"], v[f"baseline/{key}_seed{cfg.seed + k}"] = smc[k], snis[k]
+        v[f"method/{key}"], v[f"baseline/{key}"] = float(np.median(smc)), float(np.median(snis))
     return SPEC.module().claim(cfg, Metrics(v))
 
 
+SNIS_W2 = [10.0, 12.0, 11.0, 10.5, 11.5]
+
+
 def test_claim_states_follow_the_seed_intervals():
-    snis = [10.0, 12.0, 11.0]
-    clear = _claim_of([5.0, 5.5, 5.2], snis, [1.0, 1.2, 0.9], [4.0, 4.1, 3.9])
+    clear = _claim_of([5.0, 5.5, 5.2, 5.1, 5.3], SNIS_W2, [1.0] * 5, [4.0, 4.1, 3.9, 4.0, 4.2])
     assert clear.verdict == "holds" and clear.sane
     c = clear.criterion("energy_w2_smc_minus_snis")
-    assert c.estimate == pytest.approx(np.mean([-5.0, -6.5, -5.8])) and c.n_units == 3 and c.high < 0
-    # SMC better on two seeds and much worse on the third: the mean difference's interval straddles 0.
-    mixed = _claim_of([5.0, 6.0, 20.0], snis, [1.0, 1.2, 0.9], [4.0, 4.1, 3.9])
+    assert c.estimate == pytest.approx(np.mean([-5.0, -6.5, -5.8, -5.4, -6.2])) and c.n_units == 5 and c.high < 0
+    # SMC better on four seeds and much worse on the fifth: the mean difference's interval straddles 0.
+    mixed = _claim_of([5.0, 6.0, 5.0, 5.0, 40.0], SNIS_W2, [1.0] * 5, [4.0] * 5)
     m = mixed.criterion("energy_w2_smc_minus_snis")
     assert m.low < 0 < m.high and m.state == "inconclusive" and mixed.verdict == "inconclusive"
     # SMC's mean energy further from MD's on every seed: that criterion fails, so the claim fails.
-    worse = _claim_of([5.0, 5.5, 5.2], snis, [6.0, 6.2, 5.9], [4.0, 4.1, 3.9])
+    worse = _claim_of([5.0] * 5, SNIS_W2, [6.0, 6.2, 5.9, 6.1, 6.0], [4.0, 4.1, 3.9, 4.0, 4.2])
     assert worse.criterion("energy_mean_gap_smc_minus_snis").state == "fails" and worse.verdict == "fails"
+    # Fewer distinct lineages or a worse torus-W2 for SMC on every seed: those criteria fail.
+    collapsed = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, torus=(1.5, 1.0), lineages=(0.01, 0.2))
+    assert collapsed.criterion("torus_w2_smc_minus_snis").state == "fails"
+    assert collapsed.criterion("distinct_lineages_smc_minus_snis").state == "fails"
+
+
+def test_degenerate_snis_fails_the_must_pass_check():
+    degenerate = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, effective_samples=1.0)
+    assert not degenerate.sane
+    assert not degenerate.sanity["snis_not_degenerate_ess_x_n>=10"]
