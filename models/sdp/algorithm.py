@@ -1,25 +1,19 @@
-"""Diffusion-policy training (Lightning, EMA), DDIM sampling, success and equivariance metrics.
+"""The equal-scale normaliser, the diffusion schedule, DDIM sampling, success and equivariance metrics.
 
-Both policies are trained by the same ``DiffusionPolicyModule``: the DDPM epsilon loss
-E_{t, eps} ||eps - eps_hat(sqrt(ab_t) a_0 + sqrt(1 - ab_t) eps, t | obs)||^2 on normalised,
-canonicalised 10-D action chunks (``models.common.diffusion.DDPMSchedule.loss``), AdamW with a
-linear warm-up then cosine decay, and diffusers' EMA (decay 1 - (1 + step)^-power, capped).
-Sampling is DDIM (``models.common.diffusion.ddim_sample``) without clipping by default.
+Training (every arm's ``DiffusionPolicyModule``) lives in ``training.py``. Sampling is DDIM
+(``models.common.diffusion.ddim_sample``) without clipping by default.
 """
 
 from __future__ import annotations
 
-import copy
-import math
 from dataclasses import dataclass
 
-import lightning as L
 import numpy as np
 import torch
 
 from models.common.diffusion import DDPMSchedule, ddim_sample, ddim_timesteps
 
-from .config import DiffusionConfig, TrainConfig
+from .config import DiffusionConfig
 from .data import axes_to_matrix, canonicalise, rotation_angle_deg
 from .networks import rotate_actions
 
@@ -60,67 +54,6 @@ def tensor(a: np.ndarray) -> torch.Tensor:
 def make_schedule(cfg: DiffusionConfig) -> DDPMSchedule:
     """squaredcos_cap_v2 (Nichol & Dhariwal's cosine, betas capped at 0.999), ``train_steps`` steps."""
     return DDPMSchedule.create("cosine", cfg.train_steps)
-
-
-def ema_decay(step: int, power: float, max_decay: float) -> float:
-    """diffusers' EMAModel.get_decay (inv_gamma 1, update_after_step 0, min_value 0)."""
-    step = step - 1
-    if step <= 0:
-        return 0.0
-    return min(1 - (1 + step) ** -power, max_decay)
-
-
-def lr_factor(step: int, warmup: int, total: int) -> float:
-    """Linear warm-up then cosine decay to 0 (diffusers' cosine schedule with warm-up, starting at 1/(warmup+1))."""
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    progress = (step - warmup) / max(1, total - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-class DiffusionPolicyModule(L.LightningModule):
-    """Epsilon-prediction DDPM training of a policy ``net(x_t, t, points, ee_axes) -> eps_hat``."""
-
-    def __init__(self, policy: torch.nn.Module, schedule: DDPMSchedule, cfg: TrainConfig) -> None:
-        super().__init__()
-        self.policy, self.schedule, self.cfg = policy, schedule, cfg
-        self.ema = copy.deepcopy(policy).requires_grad_(False)
-        self.updates = 0
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        points, ee_axes, actions = batch
-        net = self.policy if stage == "train" else self.ema
-        loss = self.schedule.loss(lambda x, t: net(x, t, points, ee_axes), actions, prediction="eps")
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=len(actions))
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val")
-
-    @torch.no_grad()
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self.updates += 1
-        decay = ema_decay(self.updates, self.cfg.ema_power, self.cfg.ema_max_decay)
-        for e, p in zip(self.ema.parameters(), self.policy.parameters()):
-            e.lerp_(p, 1 - decay)
-        self.log("train/ema_decay", decay, on_step=False, on_epoch=True)
-
-    def configure_optimizers(self):
-        c = self.cfg
-        opt = torch.optim.AdamW(
-            self.policy.parameters(), lr=c.lr, betas=c.betas, weight_decay=c.weight_decay, fused=True
-        )
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, c.warmup_steps, c.steps))
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
-
-    def on_save_checkpoint(self, checkpoint) -> None:
-        checkpoint["ema_updates"] = self.updates
-
-    def on_load_checkpoint(self, checkpoint) -> None:
-        self.updates = int(checkpoint.get("ema_updates", 0))
 
 
 # ----------------------------------------------------------------------------- sampling

@@ -186,11 +186,13 @@ def make_scenes(
 
 
 def make_splits(data: DataConfig, seed: int) -> dict[str, dict[str, np.ndarray]]:
-    """train / val (yaw scenes), test_yaw (in-distribution), test_so3 (the tilted analogue)."""
+    """train (yaw: the upright table), train_so3 (as many uniform-SO(3) scenes: the second arm's data),
+    val_so3 (held-out SO(3) scenes: every arm's validation), test_yaw and test_so3."""
     template = object_template(data, seed)
     sizes = {
         "train": (data.n_train, "yaw"),
-        "val": (data.n_val, "yaw"),
+        "train_so3": (data.n_train, "so3"),
+        "val_so3": (data.n_val, "so3"),
         "test_yaw": (data.n_test, "yaw"),
         "test_so3": (data.n_test, "so3"),
     }

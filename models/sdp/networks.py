@@ -7,7 +7,7 @@ commutes with that action exactly (no S^2 grid), so the policy's equivariance er
 round-off. Layers follow SDP's ``irreps_conv1d_components.py`` / ``irreps_conditional_unet1d.py``:
 
 * ``IrrepConv1d``: one temporal kernel W_l per degree, shared by the 2l+1 orders m; bias on l=0
-  only (one grouped ``conv1d`` call: groups = the 4 coefficients, weights [W_0, W_1, W_1, W_1]);
+  only (two ``conv1d`` calls: W_0 on the scalars, W_1 on the 3 orders of l=1 folded into the batch);
 * ``IrrepRMSNorm``: EquiformerV2's ``rms_norm_sh`` (centre l=0 over channels, one degree-balanced
   RMS per position, affine weight per degree and channel, bias on l=0);
 * ``GateActivation``: SiLU(linear([scalars, |v|])) for the scalars, l=1 fields scaled by
@@ -83,13 +83,11 @@ class IrrepConv1d(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, _, C, T = x.shape
-        w0, w1 = self.weight[0], self.weight[1]
-        weight = torch.cat([w0, w1, w1, w1], 0)
-        bias = None
-        if self.bias is not None:
-            bias = torch.cat([self.bias, self.bias.new_zeros(3 * self.c_out)])
-        y = F.conv1d(x.reshape(B, 4 * C, T), weight, bias, padding=self.padding, groups=4)
-        return y.reshape(B, 4, self.c_out, y.shape[-1])
+        # Two plain convolutions (the 3 orders of l=1 folded into the batch): on CPU this is ~2x faster
+        # than one grouped conv1d over the 4 coefficients, with the same weights.
+        s = F.conv1d(x[:, 0], self.weight[0], self.bias, padding=self.padding)
+        v = F.conv1d(x[:, 1:4].reshape(B * 3, C, T), self.weight[1], None, padding=self.padding)
+        return torch.cat([s.unsqueeze(1), v.reshape(B, 3, self.c_out, -1)], 1)
 
 
 class IrrepLinear(nn.Module):

@@ -11,15 +11,13 @@ import torch
 import torch.nn.functional as F
 from e3nn import o3
 
-from models.base import ClaimResult, Metrics, TrainedArtifacts, ValidationError, read_dataset
+from models.base import Metrics, ValidationError, read_dataset
 from models.common.diffusion import DDPMSchedule
 from models.common.runtime import set_threads
 from models.sdp import SPEC
 from models.sdp.algorithm import (
     Normaliser,
-    ema_decay,
     equivariance_error,
-    lr_factor,
     make_schedule,
     policy_equivariance_error,
     sampling_timesteps,
@@ -58,6 +56,7 @@ from models.sdp.networks import (
     rotate_actions,
     unpack_actions,
 )
+from models.sdp.training import ema_decay, lr_factor, random_rotations_torch, rotate_batch
 
 set_threads()
 
@@ -99,7 +98,7 @@ def scene_batch(n: int = 6, rotation: str = "so3"):
 
 def test_config_is_strict_and_scales_resolve():
     cfg = SPEC.make_config("smoke")
-    assert cfg.scale.value == "smoke" and cfg.train.steps == 30 and cfg.diffusion.clip_sample is None
+    assert cfg.scale.value == "smoke" and cfg.train.steps == 6 and cfg.diffusion.clip_sample is None
     assert Config().diffusion.train_steps == 100 and Config().diffusion.ddim_steps == 16
     with pytest.raises(ValidationError):
         Config.from_mapping({"train": {"steps": 0}})
@@ -213,7 +212,7 @@ def test_splits_are_deterministic_from_the_seed():
     a, b, c = make_splits(data, 0), make_splits(data, 0), make_splits(data, 1)
     assert all(np.array_equal(a["train"][k], b["train"][k]) for k in a["train"])
     assert not np.array_equal(a["train"]["points"], c["train"]["points"])
-    assert set(a) == {"train", "val", "test_yaw", "test_so3"}
+    assert set(a) == {"train", "train_so3", "val_so3", "test_yaw", "test_so3"}
 
 
 # ----------------------------------------------------------------------------- file formats
@@ -423,100 +422,155 @@ def test_ddpm_loss_and_sampler_shapes():
     assert torch.isfinite(loss) and all(torch.isfinite(p.grad).all() for p in sdp.parameters() if p.grad is not None)
 
 
+def test_sdp_loss_is_invariant_under_rotating_the_scene_so_augmentation_changes_nothing():
+    """Why one SDP-lite fit serves both comparisons: with the noise rotated alongside, its DDPM loss and
+    its gradient are the same for a scene and any rotation of it (the baseline's are not)."""
+    _, _, points, ee_axes, actions = scene_batch(6)
+    R = random_rotations_torch(len(actions), torch.Generator().manual_seed(2))
+    assert torch.allclose(R @ R.transpose(1, 2), torch.eye(3).expand(6, 3, 3), atol=1e-5)
+    assert torch.allclose(torch.linalg.det(R), torch.ones(6), atol=1e-5)
+    rp, re, ra = rotate_batch(points, ee_axes, actions, R)
+    sched = make_schedule(DiffusionConfig())
+    t = torch.randint(0, 100, (6,), generator=torch.Generator().manual_seed(0))
+    eps = torch.randn(actions.shape, generator=torch.Generator().manual_seed(1))
+
+    def loss_and_grad(policy, p, e, a, noise):
+        policy.zero_grad()
+        loss = ((policy(sched.q_sample(a, t, noise), t, p, e) - noise) ** 2).mean()
+        loss.backward()
+        return float(loss.detach()), torch.cat([q.grad.flatten() for q in policy.parameters() if q.grad is not None])
+
+    for policy, invariant in ((SDPPolicy(SMALL_SDP), True), (DPPolicy(SMALL_DP), False)):
+        loss, grad = loss_and_grad(policy, points, ee_axes, actions, eps)
+        loss_r, grad_r = loss_and_grad(policy, rp, re, ra, rotate_actions(eps, R))
+        assert (abs(loss_r - loss) < 1e-5 * loss) == invariant
+        assert (rel_err(grad_r, grad) < 1e-4) == invariant
+
+
 # ----------------------------------------------------------------------------- smoke pipeline (mirrors the contract test)
 
+ARM_NAMES = ["method", "baseline", "method_film", "baseline_so3"]
+CRITERIA = ["sdp_beats_augmented_dp", "sdp_beats_dp_on_so3_scenes", "sdp_keeps_success", "sfilm_vs_film_so3"]
 
-def test_smoke_pipeline(tmp_path):
-    from tasks import steps
 
-    cfg = SPEC.make_config("smoke")
-    layout = steps.Layout(tmp_path, SPEC)
-    ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert ref.path == layout.data_dir and {"train.npz", "val.npz", "test_yaw.npz", "test_so3.npz"} <= set(ref.files)
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("sdp")
+    cfg, ref, layout, v = run.cfg, run.dataset, run.layout, run.metrics.values
+    assert {f"{name}.npz" for name in ("train", "train_so3", "val_so3", "test_yaw", "test_so3")} <= set(ref.files)
     assert read_dataset(layout.data_dir).sha256 == ref.sha256
-    assert steps.prepare(SPEC, cfg, tmp_path).sha256 == ref.sha256  # deterministic
-    assert load_demos_npz(ref.file("train.npz"))["actions"].shape == (cfg.data.n_train, 16, 10)
+    assert ref.meta["source"] == "synthetic" and ref.meta["rotations"]["train"] == "yaw"
+    H = cfg.data.horizon
+    assert load_demos_npz(ref.file("train.npz"))["actions"].shape == (cfg.data.n_train, H, 10)
+    so3 = load_demos_npz(ref.file("train_so3.npz"))
+    assert not np.allclose(so3["scene_rotation"][:, 2], [0, 0, 1], atol=1e-3)  # tilted, unlike the yaw demos
 
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    assert isinstance(artifacts, TrainedArtifacts) and set(artifacts.history) == {"method", "baseline", "method_film"}
-    assert TrainedArtifacts.load(layout.model_dir).history == json.loads(json.dumps(artifacts.history))
-    for variant, records in artifacts.history.items():
-        assert records and all(math.isfinite(float(v)) for r in records for v in r.values()), variant
+    n = cfg.train.n_seeds
+    assert set(run.artifacts.history) == {f"{a}/seed{k}" for a in ARM_NAMES for k in range(n)}
+    for name, records in run.artifacts.history.items():
+        assert records and all(math.isfinite(float(x)) for r in records for x in r.values()), name
         assert any("val/loss" in r for r in records) and any("train/loss" in r for r in records)
+    summary = run.artifacts.summary
+    for arm in ARM_NAMES:  # the chosen lr and the best epochs are logged for every arm
+        assert summary[f"select/{arm}/lr"] in cfg.train.lr_grid
+        assert all(f"select/{arm}/seed{k}/best_epoch" in summary for k in range(n))
+    selection = json.loads((layout.model_dir / "selection.json").read_text())
+    assert all(len(selection[a]["table"]) == len(cfg.train.lr_grid) for a in ARM_NAMES)
 
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
-    assert isinstance(metrics, Metrics) and isinstance(result, ClaimResult)
-    v = metrics.values
-    assert SPEC.primary_metric in v and not metrics.non_finite()
-    assert not any(k.startswith(("eval/", "train/")) for k in v)
-    assert all(0 <= v[f"{p}/success_{t}"] <= 1 for p in ("method", "baseline", "method_film") for t in ("yaw", "so3"))
+    assert SPEC.primary_metric in v and not run.metrics.non_finite()
+    assert all(0 <= v[f"{a}/seed{k}/success_{t}"] <= 1 for a in ARM_NAMES for k in range(n) for t in ("yaw", "so3"))
+    assert v["method/success_so3"] == pytest.approx(np.mean([v[f"method/seed{k}/success_so3"] for k in range(n)]))
     assert v["method/equivariance_error"] < TOL and v["baseline/equivariance_error"] > 1e-2
+    assert v["method_film/equivariance_error"] > 1e-2  # flat FiLM breaks equivariance
     assert v["oracle/demo_success_yaw"] == 1.0 and v["oracle/demo_success_so3"] == 1.0
-    assert metrics.figures and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in metrics.figures)
-    assert all(f.parent == layout.plots_dir for f in metrics.figures)
-    assert result.statement and result.figures and isinstance(result.holds, bool)
-    assert [c.name for c in result.criteria] == ["sdp_keeps_success", "dp_drop", "sfilm_vs_film_so3"]
-    assert result.criterion("dp_drop").estimate == pytest.approx(v["baseline/success_yaw"] - v["baseline/success_so3"])
-    assert result.verdict in ("inconclusive", "fails")  # one training seed: nothing can hold
+    figures = run.metrics.figures
+    assert len(figures) == 5 and all(f.suffix == ".png" and f.stat().st_size > 1000 for f in figures)
+    result = run.claim
+    assert [c.name for c in result.criteria] == CRITERIA
+    assert all(c.n_units == n for c in result.criteria)
+    augmented = result.criterion("sdp_beats_augmented_dp")
+    expected = np.mean([v[f"method/seed{k}/success_so3"] - v[f"baseline/seed{k}/success_so3"] for k in range(n)])
+    assert augmented.estimate == pytest.approx(expected)
     assert result.sanity["sdp_equivariance_error_below_tol"] and result.sanity["baseline_equivariance_error_order_one"]
-    assert all(isinstance(x, bool) for x in result.sanity.values()) and "finite_metrics" in result.sanity
+    assert {"baseline_learns_task_>=0.2", "baseline_so3_learns_task_>=0.2"} <= set(result.sanity)
     on_disk = json.loads(layout.claim_file.read_text())
     assert on_disk["verdict"] == result.verdict and on_disk["figures"].keys() == result.figures.keys()
 
     model = SPEC.module().load_model(cfg, layout.model_dir)
-    assert isinstance(model, torch.nn.Module)
     test = load_demos_npz(ref.file("test_so3.npz"))
     chunk = model.predict(test["points"][:3], test["ee_pose"][:3])
-    assert chunk.shape == (3, 16, 10) and np.isfinite(chunk).all()
+    assert chunk.shape == (3, H, 10) and np.isfinite(chunk).all()
     import pickle  # the spine logs the registered module with pickle serialisation
 
     again = pickle.loads(pickle.dumps(model)).predict(test["points"][:3], test["ee_pose"][:3])
     assert np.array_equal(again, chunk)
 
 
-def _claim_metrics(sdp=(0.915, 0.895), dp=(0.67, 0.015), film=None) -> Metrics:
-    """Hand-built evaluation numbers (yaw, SO(3) success per policy; the default run's by default), sane checks."""
+def _claim_metrics(success: dict[str, list[tuple[float, float]]], val: float = 0.6) -> Metrics:
+    """Hand-built evaluation numbers: per arm, (yaw, SO(3)) success per seed; sane checks."""
     values = {
         "method/equivariance_error": 6e-7,
         "method/equivariance_error_untrained": 5e-7,
         "method/policy_equivariance_error": 1e-6,
         "method/policy_equivariance_error_clip_sample": 0.2,
-        "baseline/equivariance_error": 0.9,
-        "method_film/equivariance_error": 6e-7,
         "oracle/demo_success_yaw": 1.0,
         "oracle/demo_success_so3": 1.0,
+        "blind/val_success": 0.0,
     }
-    for prefix, (yaw, so3) in (("method", sdp), ("baseline", dp), ("method_film", film or (0.0, 0.0))):
-        values.update({f"{prefix}/success_yaw": yaw, f"{prefix}/success_so3": so3})
+    for arm, seeds in success.items():
+        values.update({f"{arm}/equivariance_error": 6e-7 if arm == "method" else 0.9, f"{arm}/chosen_lr": 1e-3})
+        for k, (yaw, so3) in enumerate(seeds):
+            values.update({f"{arm}/seed{k}/success_yaw": yaw, f"{arm}/seed{k}/success_so3": so3})
+        for key, i in (("success_yaw", 0), ("success_so3", 1)):
+            values[f"{arm}/{key}"] = float(np.mean([s[i] for s in seeds]))
+        values[f"{arm}/val_success"] = val
     return Metrics(values)
 
 
-def test_claim_criteria_with_one_training_seed():
+def test_claim_holds_fails_or_is_inconclusive_over_paired_seeds():
     from models.sdp.pipeline import claim
 
     cfg = SPEC.make_config("default")
-    assert not cfg.film_ablation
-    result = claim(cfg, _claim_metrics())
-    assert result.sane and [c.name for c in result.criteria] == ["sdp_keeps_success", "dp_drop"]
-    keeps, drop = result.criterion("sdp_keeps_success"), result.criterion("dp_drop")
-    assert keeps.estimate == pytest.approx(0.895 - 0.8 * 0.915) and keeps.threshold == 0.0
-    assert drop.estimate == pytest.approx(0.655) and (drop.threshold, drop.direction) == (0.30, ">=")
-    # The default run's numbers are far past both thresholds, but from one training seed there is no interval.
-    for c in (keeps, drop):
-        assert c.n_units == 1 and (c.low, c.high) == (-math.inf, math.inf) and c.state == "inconclusive"
-        assert "one unit" in c.why
-    assert result.verdict == "inconclusive" and not result.holds
-    # A success rate that is not a number fails the claim outright.
-    broken = claim(cfg, _claim_metrics(dp=(math.nan, 0.0)))
-    assert broken.criterion("dp_drop").state == "fails" and broken.verdict == "fails"
-    # With the ablation, SFiLM vs flat FiLM on SO(3) joins as a third criterion over the same seed.
-    ablated = claim(cfg.model_copy(update={"film_ablation": True}), _claim_metrics(film=(0.9, 0.5)))
-    sfilm = ablated.criterion("sfilm_vs_film_so3")
-    assert (
-        sfilm.estimate == pytest.approx(0.395)
-        and sfilm.state == "inconclusive"
-        and ablated.figures["film_success_so3"] == 0.5
-    )
+    assert cfg.train.n_seeds == 3
+    clear = {
+        "method": [(0.90, 0.88), (0.85, 0.86), (0.92, 0.90)],
+        "baseline": [(0.60, 0.55), (0.50, 0.52), (0.58, 0.57)],
+        "method_film": [(0.70, 0.60), (0.65, 0.62), (0.70, 0.66)],
+        "baseline_so3": [(0.50, 0.45), (0.55, 0.50), (0.52, 0.49)],
+    }
+    result = claim(cfg, _claim_metrics(clear))
+    assert result.sane and [c.name for c in result.criteria] == CRITERIA
+    aug = result.criterion("sdp_beats_augmented_dp")
+    assert aug.estimate == pytest.approx(np.mean([0.88 - 0.55, 0.86 - 0.52, 0.90 - 0.57]))
+    assert (aug.threshold, aug.direction, aug.n_units) == (0.0, ">", 3)
+    keeps = result.criterion("sdp_keeps_success")
+    assert keeps.estimate == pytest.approx(np.mean([0.88 - 0.72, 0.86 - 0.68, 0.90 - 0.736]))
+    assert result.verdict == "holds" and all(c.state == "holds" for c in result.criteria)
+    # The augmented baseline wins on every seed: the main criterion fails, and with it the claim.
+    dp_wins = {**clear, "baseline": [(0.95, 0.95), (0.96, 0.97), (0.94, 0.96)]}
+    lost = claim(cfg, _claim_metrics(dp_wins))
+    assert lost.criterion("sdp_beats_augmented_dp").state == "fails" and lost.verdict == "fails"
+    # Seeds that disagree give an interval across zero: inconclusive.
+    mixed = {**clear, "baseline": [(0.9, 0.95), (0.5, 0.60), (0.9, 0.70)]}
+    unsure = claim(cfg, _claim_metrics(mixed))
+    assert unsure.criterion("sdp_beats_augmented_dp").state == "inconclusive" and unsure.verdict == "inconclusive"
+    # A baseline whose validation success is not above the blind policy's by the margin fails a must-pass.
+    weak = claim(cfg, _claim_metrics(clear, val=0.1))
+    assert not weak.sane and weak.sanity["baseline_learns_task_>=0.2"] is False
+
+
+def test_augmentation_rotates_every_sample_by_its_own_rotation():
+    from models.sdp.training import DiffusionPolicyModule
+
+    _, _, points, ee_axes, actions = scene_batch(4)
+    R = random_rotations_torch(4, torch.Generator().manual_seed(0))
+    rp, re, ra = rotate_batch(points, ee_axes, actions, R)
+    for i in range(4):
+        assert torch.allclose(rp[i], points[i] @ R[i].T, atol=1e-6)
+        assert torch.allclose(ra[i, :, 3:6], actions[i, :, 3:6] @ R[i].T, atol=1e-6)
+    assert torch.equal(ra[..., 9], actions[..., 9])  # the gripper is a scalar
+    module = DiffusionPolicyModule(SDPPolicy(SMALL_SDP), make_schedule(DiffusionConfig()), Config().train, 1e-3, True)
+    first = random_rotations_torch(4, module.rotation_generator)
+    assert not torch.allclose(first, random_rotations_torch(4, module.rotation_generator))  # fresh per batch
 
 
 def test_robomimic_hdf5_file_round_trip(tmp_path):
