@@ -1,4 +1,4 @@
-"""Bridge matching (teacher and fake bridge), the IBMD min-max, samplers and distribution metrics.
+"""Bridge matching (teacher and fake bridge), the IBMD min-max losses, samplers and distribution metrics.
 
 Losses follow the official I2SB runner at commit e4c4679:
 
@@ -12,18 +12,13 @@ Losses follow the official I2SB runner at commit e4c4679:
 
 from __future__ import annotations
 
-import copy
 import math
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader
 
-from models.common.batches import Rows, random_batches
 from models.common.diffusion import BridgeSchedule
 
-from .config import DistillConfig, TeacherConfig
-from .networks import BridgeNet, OneStepGenerator
+from .networks import BridgeNet
 
 # ----------------------------------------------------------------------------- losses
 
@@ -67,133 +62,6 @@ def convergence_condition(bridge_x0: torch.Tensor, x0: torch.Tensor) -> torch.Te
     return (bridge_x0**2).mean() - (bridge_x0 * x0).mean()
 
 
-# ----------------------------------------------------------------------------- data loading
-
-
-def corrupted_only_loader(x1: torch.Tensor, cfg: DistillConfig, batches_per_epoch: int, seed: int) -> DataLoader:
-    """The distillation data: x1 only (no x0 exists in this dataset), ``bridge_loop + 1`` batches per item."""
-    return random_batches(Rows(x1), cfg.batch_size * (cfg.bridge_loop + 1), batches_per_epoch, seed)
-
-
-# ----------------------------------------------------------------------------- Lightning: teacher
-
-
-@torch.no_grad()
-def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters()):
-        e.lerp_(p, 1 - decay)
-
-
-class BridgeMatching(L.LightningModule):
-    """Trains the teacher by bridge matching on (x0, x1) pairs; keeps an EMA of its weights."""
-
-    def __init__(self, net: BridgeNet, bridge: BridgeSchedule, cfg: TeacherConfig) -> None:
-        super().__init__()
-        self.net, self.bridge, self.cfg = net, bridge, cfg
-        self.ema = copy.deepcopy(net).requires_grad_(False)
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        x0, x1 = batch
-        step = torch.randint(0, self.bridge.n_steps, (len(x0),))  # I2SB teacher: all steps
-        net = self.net if stage == "train" else self.ema
-        loss = bridge_matching_loss(net, self.bridge, x0, x1, step)
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=len(x0))
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val")  # on the EMA weights, the ones distillation starts from
-
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        ema_update(self.ema, self.net, self.cfg.ema)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.net.parameters(), lr=self.cfg.lr)
-
-
-# ----------------------------------------------------------------------------- Lightning: IBMD
-
-
-class InverseBridgeMatching(L.LightningModule):
-    """The min-max of Theorem 3.2 with manual optimisation: per item, ``bridge_loop`` fake-bridge
-    steps on the generator's coupling, then one generator step. Sees corrupted x1 only."""
-
-    def __init__(
-        self,
-        generator: OneStepGenerator,
-        fake: BridgeNet,
-        teacher: BridgeNet,
-        bridge: BridgeSchedule,
-        cfg: DistillConfig,
-    ) -> None:
-        super().__init__()
-        self.automatic_optimization = False
-        self.generator, self.fake, self.bridge, self.cfg = generator, fake, bridge, cfg
-        self.teacher = teacher.requires_grad_(False)  # frozen (an MLP: no train/eval differences)
-        self.generator_ema = copy.deepcopy(generator).requires_grad_(False)
-        self.x1_only_batches = 0  # batches that were a single tensor of x1 rows (counted, then asserted)
-        self.batches = 0
-
-    def split(self, batch) -> torch.Tensor:
-        """(bridge_loop + 1) * B rows of x1 -> (bridge_loop + 1, B, d); refuses anything but x1."""
-        self.batches += 1
-        if not (torch.is_tensor(batch) and batch.dim() == 2 and batch.shape[1] == self.teacher.dim):
-            raise TypeError("IBMD distillation must receive corrupted inputs x1 only")
-        self.x1_only_batches += 1
-        return batch.view(-1, len(batch) // (self.cfg.bridge_loop + 1), batch.shape[1])
-
-    def steps(self, n: int) -> torch.Tensor:
-        return torch.randint(0, self.bridge.n_steps - 1, (n,))  # official distillation: [0, steps - 2]
-
-    def fake_step_loss(self, generator: OneStepGenerator, x1: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            x0 = generator(x1)
-        return bridge_matching_loss(self.fake, self.bridge, x0, x1, self.steps(len(x1)), self.cfg.t_power_ten_coeff)
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        chunks = self.split(batch)
-        generator = self.generator if stage == "train" else self.generator_ema
-        opt_g, opt_f = self.optimizers() if stage == "train" else (None, None)
-        for x1 in chunks[:-1]:
-            fake_loss = self.fake_step_loss(generator, x1)
-            if opt_f is not None:
-                opt_f.zero_grad()
-                self.manual_backward(fake_loss)
-                opt_f.step()
-        x1 = chunks[-1]
-        x0 = generator(x1)
-        gen_loss, fake_x0 = generator_loss(
-            self.teacher, self.fake, self.bridge, x0, x1, self.steps(len(x1)), self.cfg.t_power_ten_coeff
-        )
-        if opt_g is not None:
-            opt_g.zero_grad()
-            self.manual_backward(gen_loss)
-            opt_g.step()
-            ema_update(self.generator_ema, self.generator, self.cfg.student_ema)
-        logs = {
-            "fake_loss": fake_loss,
-            "generator_loss": gen_loss,
-            "convergence": convergence_condition(fake_x0, x0.detach()),
-        }
-        self.log_dict({f"{stage}/{k}": v for k, v in logs.items()}, on_step=False, on_epoch=True, batch_size=len(x1))
-        # For the non-finite-loss stop: finite iff both the fake and the generator losses are.
-        return (fake_loss + gen_loss).detach()
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val")
-
-    def configure_optimizers(self):
-        return (
-            torch.optim.Adam(self.generator.parameters(), lr=self.cfg.lr),
-            torch.optim.Adam(self.fake.parameters(), lr=self.cfg.lr),
-        )
-
-
 # ----------------------------------------------------------------------------- sampling
 
 
@@ -207,6 +75,11 @@ def teacher_sample(
 
 
 # ----------------------------------------------------------------------------- metrics
+
+
+def bimodal_fraction(x0: torch.Tensor, threshold: float) -> float:
+    """The fraction of samples with |x0_2| > threshold (the toy's off-axis modes)."""
+    return float((x0[:, 1].abs() > threshold).float().mean())
 
 
 @torch.no_grad()
@@ -223,6 +96,18 @@ def mean_pairwise_distance(
     return total / pairs
 
 
+def plugin_energy_distance(x: torch.Tensor, y: torch.Tensor, y_self: float | None = None) -> float:
+    """The plug-in (V-statistic) energy distance 2 mean|X - Y| - mean|X - X'| - mean|Y - Y'| over all pairs.
+
+    Unlike the U-statistic it is >= 0, and for two independent samples of one law its mean is
+    E|Z - Z'| (1/n + 1/m) > 0: the *noise floor* a perfect sampler reaches at these sample sizes
+    (as FID's finite-sample bias). ``y_self`` = mean|Y - Y'| (all pairs) may be passed in for a
+    reference shared by many ``x``."""
+    if y_self is None:
+        y_self = mean_pairwise_distance(y, y)
+    return 2 * mean_pairwise_distance(x, y) - mean_pairwise_distance(x, x) - y_self
+
+
 def energy_distance(x: torch.Tensor, y: torch.Tensor, y_self: float | None = None, paired: bool = False) -> float:
     """Unbiased energy distance 2 E|X - Y| - E|X - X'| - E|Y - Y'| (U-statistics; ~0 for equal laws).
 
@@ -237,6 +122,19 @@ def energy_distance(x: torch.Tensor, y: torch.Tensor, y_self: float | None = Non
 
 
 @torch.no_grad()
+def both_energy_distances(x: torch.Tensor, y: torch.Tensor, y_self_all: float) -> tuple[float, float]:
+    """(paired U-statistic, plug-in) energy distances of equally long ``x`` and ``y`` from one pass over
+    the distances; ``y_self_all`` = mean|Y - Y'| over all pairs (the diagonal's zeros included)."""
+    n = len(x)
+    if len(y) != n:
+        raise ValueError(f"both_energy_distances needs equal sample sizes, got {n} and {len(y)}")
+    cross_all, x_self_all = mean_pairwise_distance(x, y), mean_pairwise_distance(x, x)
+    diagonal = (x.double() - y.double()).norm(dim=1).mean().item()
+    scale = n / (n - 1)  # all-pairs means -> means over i != j (the self-diagonal is exactly zero)
+    unbiased = 2 * (cross_all - diagonal / n) * scale - x_self_all * scale - y_self_all * scale
+    return unbiased, 2 * cross_all - x_self_all - y_self_all
+
+
 def sliced_w2(x: torch.Tensor, y: torch.Tensor, n_projections: int = 128, seed: int = 0) -> float:
     """sqrt(mean over random unit directions of W2^2 of the 1-D projections) (equal sample sizes)."""
     if len(x) != len(y):

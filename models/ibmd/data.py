@@ -1,7 +1,8 @@
 """Paired (x0 clean, x1 corrupted) data: the 2-D bimodal toy bridge, digits restoration, user pairs.
 
-Arrays are float32; every file is an ``.npz`` with ``x0_train, x1_train, x0_test, x1_test`` (plus
-labels for digits). The distillation stage reads ``x1_train`` only.
+Arrays are float32; every file is an ``.npz`` with ``x0_train, x1_train, x0_val, x1_val, x0_test,
+x1_test`` (plus labels for digits). The distillation stage reads ``x1_train`` and ``x1_val`` only.
+The toy's test pairs are ``toy_test_blocks`` disjoint blocks of ``toy_test`` rows, one per training seed.
 """
 
 from __future__ import annotations
@@ -50,9 +51,9 @@ def sample_toy_posterior(x1: np.ndarray, cfg: DataConfig, rng: np.random.Generat
 
 def make_toy(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 0])
-    x0 = sample_toy_x0(cfg.toy_train + cfg.toy_test, cfg, rng)
+    x0 = sample_toy_x0(cfg.toy_train + cfg.toy_val + cfg.toy_test * cfg.toy_test_blocks, cfg, rng)
     x1 = corrupt_toy(x0, cfg, rng)
-    return split_pairs(x0, x1, cfg.toy_train)
+    return split_pairs(x0, x1, cfg.toy_train, cfg.toy_val)
 
 
 # ----------------------------------------------------------------------------- digits
@@ -79,9 +80,15 @@ def make_digits(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 1])
     order = rng.permutation(len(images))
     n_test = int(round(cfg.digits_test_fraction * len(images)))
-    test, train = order[:n_test], order[n_test:]
+    n_val = int(round(cfg.digits_val_fraction * len(images)))
+    test, val, train = order[:n_test], order[n_test : n_test + n_val], order[n_test + n_val :]
     out = {"clean_train": images[train], "label_train": digits.target[train]}
-    for split, idx, copies in (("train", train, cfg.digits_train_copies), ("test", test, cfg.digits_test_copies)):
+    splits = (
+        ("train", train, cfg.digits_train_copies),
+        ("val", val, 1),
+        ("test", test, cfg.digits_test_copies),
+    )
+    for split, idx, copies in splits:
         x0 = np.tile(images[idx], (copies, 1))
         out[f"x0_{split}"] = x0
         out[f"x1_{split}"] = corrupt_digits(x0, cfg.digits_noise, rng)
@@ -92,31 +99,30 @@ def make_digits(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------- user pairs
 
 
-def split_pairs(x0: np.ndarray, x1: np.ndarray, n_train: int) -> dict[str, np.ndarray]:
+def split_pairs(x0: np.ndarray, x1: np.ndarray, n_train: int, n_val: int) -> dict[str, np.ndarray]:
+    """Rows [0, n_train) train, the next n_val validation, the rest test."""
     f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
-    return {
-        "x0_train": f32(x0[:n_train]),
-        "x1_train": f32(x1[:n_train]),
-        "x0_test": f32(x0[n_train:]),
-        "x1_test": f32(x1[n_train:]),
-    }
+    cuts = {"train": slice(0, n_train), "val": slice(n_train, n_train + n_val), "test": slice(n_train + n_val, None)}
+    return {f"{x}_{split}": f32(a[rows]) for split, rows in cuts.items() for x, a in (("x0", x0), ("x1", x1))}
 
 
 def load_pairs(path: Path, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
     """A user-supplied paired set: ``.npz`` with ``x0`` (n, d) clean and ``x1`` (n, d) corrupted.
 
-    Rows are shuffled with ``seed`` and split into train/test; images are flattened to vectors.
+    Rows are shuffled with ``seed`` and split into train/validation/test (validation as large as
+    a tenth of the rows); images are flattened to vectors.
     """
     with np.load(path) as archive:
         missing = {"x0", "x1"} - set(archive.files)
         if missing:
             raise ValueError(f"{path}: missing arrays {sorted(missing)} (need x0 and x1 of equal shape)")
         x0, x1 = archive["x0"], archive["x1"]
-    if x0.shape != x1.shape or len(x0) < 4:
-        raise ValueError(f"{path}: x0 {x0.shape} and x1 {x1.shape} must have the same shape and >= 4 rows")
+    if x0.shape != x1.shape or len(x0) < 10:
+        raise ValueError(f"{path}: x0 {x0.shape} and x1 {x1.shape} must have the same shape and >= 10 rows")
     x0, x1 = x0.reshape(len(x0), -1), x1.reshape(len(x1), -1)
     if not (np.isfinite(x0).all() and np.isfinite(x1).all()):
         raise ValueError(f"{path}: non-finite values")
     order = np.random.default_rng([seed, 2]).permutation(len(x0))
     n_test = max(1, int(round(test_fraction * len(x0))))
-    return split_pairs(x0[order], x1[order], len(x0) - n_test)
+    n_val = max(1, len(x0) // 10)
+    return split_pairs(x0[order], x1[order], len(x0) - n_test - n_val, n_val)

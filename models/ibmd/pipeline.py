@@ -13,49 +13,56 @@ p(x0 | x1) p(x1) whose bridge-matching solution is the teacher. Its tractable fo
 min_G max_phi E[ ||x0_hat*(x_t) - x0||^2 - ||x0_hat^phi(x_t) - x0||^2 ], x0 = G(z, x1), with a
 "fake" bridge phi trained by ordinary bridge matching on G's coupling. Only corrupted x1 is used.
 
-Pipeline, per setup (2-D toy with a conditional and an unconditional teacher; digits restoration
-with a conditional teacher):
-  1. teacher: MLP x0_hat(x_t, t [, x1]) by bridge matching (x0-prediction loss), EMA weights;
-  2. IBMD: G and phi copied from the teacher's EMA (G with zero-initialised noise inputs, so it
-     starts as the teacher's one-step posterior mean), then ``bridge_loop`` = 5 fake steps per
-     generator step, Adam, EMA 0.99 of G (the evaluated, registered student);
-  3. evaluation on held-out pairs: teacher at NFE 1..100 (the baseline, I2SB's DDPM-posterior
-     sampler) versus IBMD at NFE 1: energy distance and sliced W2 of (x0_hat, x1) against the true
-     (x0, x1); the toy's bimodality; digits PSNR, classifier accuracy (the paper's CA) and diversity.
-  4. claim, per toy setup, each criterion with a 95 % interval over 8 disjoint held-out blocks (the same
-     x1 for every sampler): ED(IBMD-1) - 1.5 ED(teacher-100) <= 0, ED(IBMD-1) - 0.5 ED(teacher-1) <= 0,
-     |frac(|x0_2| > 0.5) - truth| <= 0.1.
+Pipeline, per setup (2-D toy with a conditional and an unconditional teacher, ``n_seeds`` paired
+training seeds each; digits restoration with a conditional teacher, one seed, reported only):
+  1. teacher (the baseline, sampled at NFE 1 and NFE 100): MLP x0_hat(x_t, t [, x1]) by bridge
+     matching, Adam with a cosine decay to 0, EMA; lr chosen on the first seed's fixed-noise
+     validation loss from ``teacher.lr_grid``, early stopping (patience) with the best weights;
+  2. IBMD (the method): G and phi copied from that seed's teacher EMA (G with zero-initialised noise
+     inputs, so it starts as the teacher's one-step posterior mean), ``bridge_loop`` = 5 fake steps
+     per generator step, EMA of G (the evaluated, registered student); lr chosen on the first seed
+     from ``distill.lr_grid`` by the validation energy distance to the teacher's NFE-100 samples
+     (x1 only), early stopping on the same score;
+  3. evaluation: seed k on its own disjoint block of held-out pairs; plug-in energy distance (ED)
+     and sliced W2 of (x0_hat, x1) against the true (x0, x1), the bimodal fraction, the noise floor
+     (the ED between the exact posterior's samples and the truth: two independent sample sets of one
+     law); the teacher's NFE curve on the first seed; digits PSNR, classifier accuracy, diversity.
+  4. claim (REVIEW.md's restated check), per toy setup over the paired seeds, see ``claim``.
 
 Deliberate deviations and choices (all [inferred] in the brief unless stated):
 * Data: no ImageNet / E2H / DIODE or their I2SB/DDBM checkpoints offline. The brief's substitutes:
   the 2-D toy (8 Gaussians on a circle of radius 2, std 0.1; x1 = (x0_1 + 0.05 xi, 0)) and
-  scikit-learn digits (8x8 in [-1, 1]; x1 = nearest-upsampled 2x average pool + N(0, 0.1^2)).
-  The toy's exact posterior p(x0 | x1) is a Gaussian mixture; its samples give an "oracle"
-  noise floor for the energy distance. A user paired set (npz with x0, x1) can replace the toy.
+  scikit-learn digits (real 8x8 images in [-1, 1]; x1 = nearest-upsampled 2x average pool +
+  N(0, 0.1^2)). The toy's exact posterior p(x0 | x1) is a Gaussian mixture; its samples give the
+  noise floor of the energy distance. A user paired set (npz with x0, x1) can replace the toy.
 * Teacher: an MLP (3 x 128 SiLU, sinusoidal embedding of I2SB's network time) instead of the
   ADM U-Net; trained with the x0-prediction loss (the brief's objective; the official teacher uses
   the eps-loss, the official fake bridge ``--x0-prediction-loss``) so teacher and fake bridge are
   trained by exactly the same function, as the brief's pitfall demands. The teacher samples steps
   in [0, 999], the distillation in [0, 998], as the official code does.
+* Convergence of the teacher (the review found the 3000-step constant-lr teacher, EMA 0.999,
+  too bimodal: 0.82 vs the truth's 0.754): a cosine decay to 0 and EMA 0.99 reach the converged
+  sampler within ~2000 steps at batch 256 (a pilot of the old constant-lr, EMA-0.999 recipe needed
+  ~6000 steps); the training log shows the NFE-100 bimodal fraction per validation of the first seed.
 * Detach: x_t in the generator loss is drawn with x0 detached (the one-step I2SB path); the
   multi-step student and the DDBM variant are not implemented (the claim is at NFE 1).
-* Sizes: 3000 teacher steps at batch 512 and 800 generator steps x 5 fake steps (the brief's
-  setup), but the distillation batch is 256 (not 512) and its Adam lr 1e-3 (not the brief's
-  1e-4), both for the ~90 s budget: at lr 1e-4 the 800 generator steps left the student half-way
-  from the teacher's one-step mean (measured on the conditional toy: ED 0.028 = 1.9x the teacher's
-  at NFE 100, samples spread in stripes instead of modes); 1e-3 is the teacher's own lr. The
-  official AdamW (weight decay 0) with a 0.99-per-1000-iterations StepLR is ~constant over so few
-  steps. Digits use a 3 x 256 MLP, 1500 teacher steps at batch 256 and 300 generator steps at
-  batch 128. Noise inputs: 2 for the toy (the brief), 64 for digits (one extra image channel, as
-  the paper's noise channels). The ``paper`` scale restores batch 512 and lr 1e-4 with 10k steps.
-* The teacher's EMA (0.999) stands in for I2SB's EMA checkpoint the student is initialised from.
-* Metrics: FID / IS / ResNet-50 accuracy need ImageNet networks; the brief's energy distance
-  (joint (x0_hat, x1), U-statistic) and sliced W2 replace FID, a logistic-regression digit
-  classifier trained on clean digits replaces the ResNet-50 CA.
+* Sizes: teacher <= 2000 steps at batch 256; IBMD <= 400 generator steps x 5 fake steps at batch
+  128 (the brief: 3000 teacher steps at 512, 800 generator steps at 512, lr 1e-4), for 2 setups x 3
+  seeds x the lr grids within the ~90 s budget; early stopping ends most fits sooner. The official
+  AdamW (weight decay 0) with a 0.99-per-1000-iterations StepLR is ~constant over so few steps, so
+  the student's Adam lr is constant. Digits: 3 x 256 MLP, <= 800 teacher steps at batch 128, <= 150
+  generator steps at batch 64, 64 noise inputs (one extra image channel, as the paper's noise
+  channels), one seed and one lr (a reported secondary, not a criterion). The ``paper`` scale
+  restores batch 512 and the paper's lr 5e-5..1e-4 in the grid, with 10k steps.
+* The teacher's EMA (0.99) stands in for I2SB's EMA checkpoint the student is initialised from.
+* Metrics: FID / IS / ResNet-50 accuracy need ImageNet networks; the energy distance on joint
+  (x0_hat, x1) (plug-in, FID-like finite-sample floor included) and sliced W2 replace FID, a
+  logistic-regression digit classifier trained on clean digits replaces the ResNet-50 CA.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +72,7 @@ import torch
 
 from models.base import (
     ClaimResult,
+    Criterion,
     DatasetRef,
     Metrics,
     Scale,
@@ -73,18 +81,17 @@ from models.base import (
     user_data_path,
     write_manifest,
 )
-from models.common import plotting
 from models.common import verdicts as V
 from models.common.batches import Rows, random_batches, whole_batch
 from models.common.diffusion import BridgeSchedule
 from models.common.lightning import fit, set_threads
+from models.common.selection import BestWeights, early_stopping_callbacks, grid, select_on_validation
 
+from . import plots
 from .algorithm import (
-    BridgeMatching,
-    InverseBridgeMatching,
+    bimodal_fraction,
+    both_energy_distances,
     convergence_condition,
-    corrupted_only_loader,
-    energy_distance,
     mean_pairwise_distance,
     sliced_w2,
     teacher_sample,
@@ -92,16 +99,19 @@ from .algorithm import (
 from .config import Config, DistillConfig, TeacherConfig
 from .data import load_pairs, make_digits, make_toy, sample_toy_posterior
 from .networks import BridgeNet, OneStepGenerator, with_noise_inputs
+from .training import (
+    STUDENT_MONITOR,
+    TEACHER_MONITOR,
+    BridgeMatching,
+    InverseBridgeMatching,
+    corrupted_only_loader,
+    fixed_validation_pairs,
+)
 
-TEACHER_EPOCH_STEPS = 100  # teacher batches per Lightning epoch (one validation and checkpoint each)
-DISTILL_EPOCH_STEPS = 50  # generator steps per Lightning epoch
-# The claim's paired units: disjoint blocks of the held-out toy pairs (one trained teacher and student per
-# setup; retraining per seed would double the ~80 s default run). Every sampler is scored on the same
-# block of x1, so per-block differences are paired; the interval covers evaluation noise, not training noise.
-EVAL_BLOCKS = 8
 ED_MANY_FACTOR = 1.5  # the brief: ED(IBMD-1) <= 1.5 x ED(teacher-many)
 ED_ONE_FACTOR = 0.5  # the brief: ED(IBMD-1) <= 0.5 x ED(teacher-1)
-BIMODAL_TOLERANCE = 0.1  # the brief: |frac(|x0_2| > threshold) - truth| <= 0.1
+BIMODAL_TOLERANCE = 0.1  # the brief: |frac(|x0_2| > threshold) - reference| <= 0.1
+TRACE_ROWS = 512  # validation x1 of the teacher's convergence trace (first seed)
 
 
 # ----------------------------------------------------------------------------- setups
@@ -109,32 +119,39 @@ BIMODAL_TOLERANCE = 0.1  # the brief: |frac(|x0_2| > threshold) - truth| <= 0.1
 
 @dataclass(frozen=True)
 class Setup:
-    """One teacher -> student experiment: which data file, conditional or not, which budgets."""
+    """One teacher -> student experiment: which data file, conditional or not, budgets, seeds."""
 
     name: str  # toy_cond | toy_uncond | digits
     file: str
     cond: bool
     teacher: TeacherConfig
     distill: DistillConfig
+    n_seeds: int
 
     @property
     def toy(self) -> bool:
         return self.file == "toy.npz"
 
-    def variant(self, role: str) -> str:
-        """History names: "method"/"baseline" for the primary setup, "method_<setup>" otherwise."""
-        return role if self.name == "toy_cond" else f"{role}_{self.name}"
+    def variant(self, role: str, seed_index: int = 0) -> str:
+        """History names: "method"/"baseline" for the primary setup's first seed, else with setup and seed."""
+        base = role if self.name == "toy_cond" else f"{role}_{self.name}"
+        return base if seed_index == 0 else f"{base}_seed{seed_index}"
 
 
 def setups(cfg: Config) -> list[Setup]:
-    out = [Setup(f"toy_{v}", "toy.npz", v == "cond", cfg.teacher, cfg.distill) for v in cfg.toy_variants]
+    out = [Setup(f"toy_{v}", "toy.npz", v == "cond", cfg.teacher, cfg.distill, cfg.n_seeds) for v in cfg.toy_variants]
     if cfg.data.digits:
-        out.append(Setup("digits", "digits.npz", True, cfg.digits_teacher, cfg.digits_distill))
+        out.append(Setup("digits", "digits.npz", True, cfg.digits_teacher, cfg.digits_distill, 1))
     return out
 
 
 def bridge_of(cfg: Config) -> BridgeSchedule:
     return BridgeSchedule.i2sb(cfg.bridge.steps, cfg.bridge.beta_max, cfg.bridge.beta_min)
+
+
+def run_seed(cfg: Config, setup_index: int, seed_index: int) -> int:
+    """The training seed of one (setup, seed): teacher and student of a seed index are paired."""
+    return cfg.seed + 101 * setup_index + 1009 * seed_index
 
 
 # ----------------------------------------------------------------------------- data
@@ -154,15 +171,15 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
             "synthetic",
             (
                 f"2-D toy from seed {cfg.seed}: 8 Gaussians on a circle (radius {d.toy_radius:g}, std {d.toy_std:g}), "
-                f"x1 = (x0_1 + N(0, {d.toy_x1_noise:g}^2), 0)"
+                f"x1 = (x0_1 + N(0, {d.toy_x1_noise:g}^2), 0); {d.toy_test_blocks} test blocks of {d.toy_test}"
             ),
         )
     if d.digits:
         import sklearn
 
         provenance += (
-            f"; digits: scikit-learn {sklearn.__version__} load_digits (real images), corrupted by "
-            f"2x2 average pool + N(0, {d.digits_noise:g}^2)"
+            f"; digits (reported secondary): scikit-learn {sklearn.__version__} load_digits (real images), "
+            f"corrupted by 2x2 average pool + N(0, {d.digits_noise:g}^2)"
         )
     meta = {
         **dataset_meta(source, provenance),
@@ -170,7 +187,9 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         "synthetic": not cfg.data.pairs_npz,
         "seed": cfg.seed,
         "toy_train": int(len(toy["x0_train"])),
+        "toy_val": int(len(toy["x0_val"])),
         "toy_test": int(len(toy["x0_test"])),
+        "toy_test_blocks": d.toy_test_blocks,
         "toy_dim": int(toy["x0_train"].shape[1]),
     }
     if cfg.data.digits:
@@ -178,6 +197,7 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
         np.savez(data_dir / "digits.npz", **digits)
         meta.update(
             digits_train=int(len(digits["x0_train"])),
+            digits_val=int(len(digits["x0_val"])),
             digits_test=int(len(digits["x0_test"])),
             digits_corruption="2x2 average pool, nearest upsample, Gaussian noise",
         )
@@ -193,107 +213,167 @@ def tensor(a: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32))
 
 
+def held_out_block(arrays: dict, setup: Setup, cfg: Config, seed_index: int) -> slice:
+    """The held-out rows seed ``seed_index`` is scored on: its own block of the toy's test pairs."""
+    if not setup.toy:
+        return slice(None)
+    size = len(arrays["x0_test"]) // cfg.data.toy_test_blocks
+    return slice(seed_index * size, (seed_index + 1) * size)
+
+
 # ----------------------------------------------------------------------------- training
 
 
-def train_teacher(cfg: Config, setup: Setup, arrays: dict, seed: int) -> tuple[BridgeNet, list[dict]]:
-    """Bridge matching on (x0, x1) pairs; returns the EMA network and the learning curve."""
+@dataclass
+class Fitted:
+    module: object  # the trained LightningModule (teacher: .ema; student: .generator_ema, .fake)
+    records: list[dict[str, float]]
+    best: BestWeights
+
+
+def fit_teacher(cfg: Config, setup: Setup, arrays: dict, lr: float, seed: int, trace: bool) -> tuple[float, Fitted]:
+    """Bridge matching on (x0, x1) pairs; early stopping on the fixed-noise validation loss (EMA weights)."""
     torch.manual_seed(seed)
+    t = setup.teacher
     dim = arrays["x0_train"].shape[1]
-    net = BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond)
-    module = BridgeMatching(net, bridge_of(cfg), setup.teacher)
+    bridge = bridge_of(cfg)
+    trace_x1 = tensor(arrays["x1_val"][:TRACE_ROWS]) if trace and setup.toy and dim == 2 else None
+    module = BridgeMatching(
+        BridgeNet(dim, t, cfg.bridge, setup.cond), bridge, t, lr, trace_x1, cfg.many_nfe, cfg.bimodal_threshold
+    )
     pairs = Rows(tensor(arrays["x0_train"]), tensor(arrays["x1_train"]))
-    steps = setup.teacher.steps
-    per_epoch = min(TEACHER_EPOCH_STEPS, steps)
-    n_val = min(len(arrays["x0_test"]), 2048)
-    val = whole_batch(Rows(tensor(arrays["x0_test"][:n_val]), tensor(arrays["x1_test"][:n_val])))
+    per_epoch = min(t.epoch_steps, t.steps)
+    val = whole_batch(Rows(*fixed_validation_pairs(bridge, tensor(arrays["x0_val"]), tensor(arrays["x1_val"]), seed)))
+    callbacks = early_stopping_callbacks(TEACHER_MONITOR, t.patience)
     records = fit(
         module,
-        random_batches(pairs, setup.teacher.batch_size, per_epoch, seed),
+        random_batches(pairs, t.batch_size, per_epoch, seed),
         val,
-        max_epochs=math.ceil(steps / per_epoch),
-        max_steps=steps,
+        max_epochs=math.ceil(t.steps / per_epoch),
+        max_steps=t.steps,
         seed=seed,
-        variant=f"teacher ({setup.name})",
+        variant=f"teacher {setup.name} (lr={lr:g}), seed {seed}",
+        callbacks=callbacks,
     )
-    return module.ema.eval(), records
+    module.ema.eval()
+    best = callbacks[-1]
+    return float(best.best if best.best is not None else math.nan), Fitted(module, records, best)
 
 
-def distil(
-    cfg: Config, setup: Setup, teacher: BridgeNet, x1_train: torch.Tensor, x1_val: torch.Tensor, seed: int
-) -> tuple[InverseBridgeMatching, list[dict]]:
-    """IBMD from corrupted inputs only: nothing but x1 reaches this function."""
+def fit_student(
+    cfg: Config, setup: Setup, teacher: BridgeNet, arrays: dict, lr: float, seed: int
+) -> tuple[float, Fitted]:
+    """IBMD from corrupted inputs only: nothing but x1 (and the teacher) reaches the distillation."""
     d = setup.distill
+    torch.manual_seed(seed)
+    x1_train, x1_val = tensor(arrays["x1_train"]), tensor(arrays["x1_val"])
+    bridge = bridge_of(cfg)
+    g = torch.Generator().manual_seed(seed)
+    reference = teacher_sample(teacher, bridge, x1_val, cfg.many_nfe, g)  # the teacher's own NFE-many samples
+    val_z = torch.randn(len(x1_val), d.noise_dim, generator=g)
     generator = OneStepGenerator(with_noise_inputs(teacher, setup.teacher, cfg.bridge, d.noise_dim))
     fake = BridgeNet(teacher.dim, setup.teacher, cfg.bridge, teacher.cond)
     fake.load_state_dict(teacher.state_dict())
     frozen = BridgeNet(teacher.dim, setup.teacher, cfg.bridge, teacher.cond)
     frozen.load_state_dict(teacher.state_dict())
-    module = InverseBridgeMatching(generator, fake, frozen, bridge_of(cfg), d)
-    per_epoch = min(DISTILL_EPOCH_STEPS, d.generator_steps)
-    rows = d.bridge_loop + 1
-    n_val = min(len(x1_val) // rows, d.batch_size) * rows
-    val = whole_batch(Rows(x1_val[:n_val]))
+    module = InverseBridgeMatching(generator, fake, frozen, bridge, d, lr, reference, val_z)
+    per_epoch = min(d.epoch_steps, d.generator_steps)
+    callbacks = early_stopping_callbacks(STUDENT_MONITOR, d.patience)
     records = fit(
         module,
         corrupted_only_loader(x1_train, d, per_epoch, seed),
-        val,
+        whole_batch(Rows(x1_val)),
         max_epochs=math.ceil(d.generator_steps / per_epoch),
-        max_steps=d.generator_steps * rows,  # manual optimisation: every optimiser step counts
+        max_steps=d.generator_steps * (d.bridge_loop + 1),  # manual optimisation: every optimiser step counts
         seed=seed,
-        variant=f"IBMD ({setup.name})",
+        variant=f"IBMD {setup.name} (lr={lr:g}), seed {seed}",
+        callbacks=callbacks,
     )
-    return module, records
+    best = callbacks[-1]
+    return float(best.best if best.best is not None else math.nan), Fitted(module, records, best)
 
 
-def weights(model_dir: Path, role: str, setup: str) -> Path:
-    return Path(model_dir) / f"{role}_{setup}.pt"
+def weights(model_dir: Path, role: str, setup: str, seed_index: int) -> Path:
+    return Path(model_dir) / f"{role}_{setup}_seed{seed_index}.pt"
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     set_threads()
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
+    selections: dict[str, dict] = {}
     for i, setup in enumerate(setups(cfg)):
         arrays = load_arrays(data, setup)
-        seed = cfg.seed + 101 * i
-        teacher, records = train_teacher(cfg, setup, arrays, seed)
-        history[setup.variant("baseline")] = records
-        torch.save(teacher.state_dict(), weights(out_dir, "teacher", setup.name))
-
-        # Only the corrupted inputs are handed on: the distillation never sees x0.
-        module, records = distil(cfg, setup, teacher, tensor(arrays["x1_train"]), tensor(arrays["x1_test"]), seed + 1)
-        history[setup.variant("method")] = records
-        torch.save(module.generator_ema.net.state_dict(), weights(out_dir, "student", setup.name))
-        torch.save(module.fake.state_dict(), weights(out_dir, "fake", setup.name))
-        summary[f"{setup.name}_x1_only_fraction"] = module.x1_only_batches / max(module.batches, 1)
-        for key in ("train/loss", "val/loss"):
-            last = [r[key] for r in history[setup.variant("baseline")] if key in r]
-            if last:
-                summary[f"{setup.name}_teacher_{key.replace('/', '_')}"] = last[-1]
+        s = setup.name
+        first = run_seed(cfg, i, 0)
+        # The baseline's lr on the first seed's validation loss; the other seeds reuse it.
+        selection, teacher0 = select_on_validation(
+            f"teacher_{s}",
+            grid(lr=setup.teacher.lr_grid),
+            lambda point: fit_teacher(cfg, setup, arrays, point["lr"], first, trace=True),
+            metric="bridge_loss",
+            higher_is_better=False,
+        )
+        print(f"  selected {selection.describe()}", flush=True)
+        summary.update(selection.summary())
+        selections[f"teacher_{s}"] = {"chosen": selection.chosen, "table": selection.table}
+        teachers = [teacher0] + [
+            fit_teacher(cfg, setup, arrays, selection.chosen["lr"], run_seed(cfg, i, k), trace=False)[1]
+            for k in range(1, setup.n_seeds)
+        ]
+        # The method's lr on the first seed's validation ED to its own teacher's samples (x1 only).
+        selection, student0 = select_on_validation(
+            f"ibmd_{s}",
+            grid(lr=setup.distill.lr_grid),
+            lambda point: fit_student(cfg, setup, teachers[0].module.ema, arrays, point["lr"], first + 1),
+            metric="ed_to_teacher",
+            higher_is_better=False,
+        )
+        print(f"  selected {selection.describe()}", flush=True)
+        summary.update(selection.summary())
+        selections[f"ibmd_{s}"] = {"chosen": selection.chosen, "table": selection.table}
+        students = [student0] + [
+            fit_student(cfg, setup, teachers[k].module.ema, arrays, selection.chosen["lr"], run_seed(cfg, i, k) + 1)[1]
+            for k in range(1, setup.n_seeds)
+        ]
+        for k, (teacher, student) in enumerate(zip(teachers, students)):
+            torch.save(teacher.module.ema.state_dict(), weights(out_dir, "teacher", s, k))
+            torch.save(student.module.generator_ema.net.state_dict(), weights(out_dir, "student", s, k))
+            torch.save(student.module.fake.state_dict(), weights(out_dir, "fake", s, k))
+            history[setup.variant("baseline", k)] = teacher.records
+            history[setup.variant("method", k)] = student.records
+            summary.update(teacher.best.summary(f"teacher_{s}/seed{k}"))
+            summary.update(student.best.summary(f"ibmd_{s}/seed{k}"))
+            summary[f"select/teacher_{s}/seed{k}/max_epochs"] = float(
+                math.ceil(setup.teacher.steps / min(setup.teacher.epoch_steps, setup.teacher.steps))
+            )
+            module = student.module
+            summary[f"{s}_seed{k}_x1_only_fraction"] = module.x1_only_batches / max(module.batches, 1)
         for key in ("train/fake_loss", "train/generator_loss", "train/convergence"):
-            last = [r[key] for r in records if key in r]
+            last = [r[key] for r in students[0].records if key in r]
             if last:
-                summary[f"{setup.name}_ibmd_{key.replace('/', '_')}"] = last[-1]
+                summary[f"{s}_ibmd_{key.replace('/', '_')}"] = last[-1]
+    (Path(out_dir) / "selection.json").write_text(json.dumps(selections, indent=1))
     return TrainedArtifacts(out_dir, history, summary)
 
 
 def load_networks(
-    cfg: Config, setup: Setup, model_dir: Path, dim: int
+    cfg: Config, setup: Setup, model_dir: Path, dim: int, seed_index: int
 ) -> tuple[BridgeNet, OneStepGenerator, BridgeNet]:
-    teacher = BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond)
-    teacher.load_state_dict(torch.load(weights(model_dir, "teacher", setup.name), weights_only=True))
-    student = BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond, setup.distill.noise_dim)
-    student.load_state_dict(torch.load(weights(model_dir, "student", setup.name), weights_only=True))
-    fake = BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond)
-    fake.load_state_dict(torch.load(weights(model_dir, "fake", setup.name), weights_only=True))
-    return teacher.eval(), OneStepGenerator(student).eval(), fake.eval()
+    def load(net: BridgeNet, role: str) -> BridgeNet:
+        net.load_state_dict(torch.load(weights(model_dir, role, setup.name, seed_index), weights_only=True))
+        return net.eval()
+
+    teacher = load(BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond), "teacher")
+    student = load(BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond, setup.distill.noise_dim), "student")
+    fake = load(BridgeNet(dim, setup.teacher, cfg.bridge, setup.cond), "fake")
+    return teacher, OneStepGenerator(student).eval(), fake
 
 
 def load_model(cfg: Config, model_dir: Path) -> OneStepGenerator:
-    """The registered model: the one-step IBMD student G(z, x1) of the conditional toy teacher."""
+    """The registered model: the one-step IBMD student G(z, x1) of the first seed's conditional toy teacher."""
     setup = next(s for s in setups(cfg) if s.name == "toy_cond")
-    state = torch.load(weights(model_dir, "student", setup.name), weights_only=True)
+    state = torch.load(weights(model_dir, "student", setup.name, 0), weights_only=True)
     dim = state["mlp.0.weight"].shape[1] - setup.teacher.time_dim - setup.distill.noise_dim
     student = BridgeNet(dim // 2, setup.teacher, cfg.bridge, True, setup.distill.noise_dim)
     student.load_state_dict(state)
@@ -303,8 +383,9 @@ def load_model(cfg: Config, model_dir: Path) -> OneStepGenerator:
 # ----------------------------------------------------------------------------- evaluation
 
 
-def nfe_grid(cfg: Config) -> list[int]:
-    return sorted(set(cfg.eval_nfe) | {1, cfg.many_nfe})
+def nfe_grid(cfg: Config, seed_index: int) -> list[int]:
+    """The teacher's NFE curve on the first seed; NFE 1 and NFE-many on every seed."""
+    return sorted(set(cfg.eval_nfe if seed_index == 0 else ()) | {1, cfg.many_nfe})
 
 
 @torch.no_grad()
@@ -322,11 +403,11 @@ def bridge_diagnostics(
     cfg: Config, student: OneStepGenerator, teacher: BridgeNet, fake: BridgeNet, x1: torch.Tensor, seed: int
 ) -> dict[str, float]:
     """On held-out x1 only: the fake-bridge loss on G's coupling and the two convergence conditions."""
-    torch.manual_seed(seed)
+    g = torch.Generator().manual_seed(seed)
     bridge = bridge_of(cfg)
-    x0 = student(x1)
-    step = torch.randint(0, bridge.n_steps - 1, (len(x1),))
-    x_t = bridge.q_sample(step, x0, x1)
+    x0 = student(x1, torch.randn(len(x1), student.noise_dim, generator=g))
+    step = torch.randint(0, bridge.n_steps - 1, (len(x1),), generator=g)
+    x_t = bridge.q_sample(step, x0, x1, generator=g)
     cond = x1 if teacher.cond else None
     fake_x0, teacher_x0 = fake.pred_x0(x_t, step, cond), teacher.pred_x0(x_t, step, cond)
     return {
@@ -335,10 +416,6 @@ def bridge_diagnostics(
         "convergence_fake": float(convergence_condition(fake_x0, x0)),
         "convergence_teacher": float(convergence_condition(teacher_x0, x0)),
     }
-
-
-def bimodal_fraction(x0: torch.Tensor, threshold: float) -> float:
-    return float((x0[:, 1].abs() > threshold).float().mean())
 
 
 def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
@@ -353,38 +430,37 @@ def digit_classifier(arrays: dict, seed: int):
     return LogisticRegression(max_iter=2000, random_state=seed).fit(arrays["clean_train"], arrays["label_train"])
 
 
-def evaluate_setup(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, seed: int) -> dict:
-    """Samples of every sampler on the test x1, their metrics, and the student's diagnostics."""
-    x0, x1 = tensor(arrays["x0_test"]), tensor(arrays["x1_test"])
-    teacher, student, fake = load_networks(cfg, setup, model_dir, x0.shape[1])
+def evaluate_seed(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, seed_index: int, seed: int) -> dict:
+    """One trained seed on its own held-out block: samples of every sampler, their metrics, diagnostics."""
+    rows = held_out_block(arrays, setup, cfg, seed_index)
+    x0, x1 = tensor(arrays["x0_test"][rows]), tensor(arrays["x1_test"][rows])
+    teacher, student, fake = load_networks(cfg, setup, model_dir, x0.shape[1], seed_index)
     bridge = bridge_of(cfg)
     samples = {
         f"teacher_nfe{n}": teacher_sample(teacher, bridge, x1, n, torch.Generator().manual_seed(seed + n))
-        for n in nfe_grid(cfg)
+        for n in nfe_grid(cfg, seed_index)
     }
     z = torch.randn(len(x1), student.noise_dim, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         samples["ibmd"] = student(x1, z)
+    exact = setup.toy and x0.shape[1] == 2 and not cfg.data.pairs_npz
+    if exact:  # an independent sample set of the reference law: its ED to the truth is the noise floor
+        oracle = sample_toy_posterior(
+            arrays["x1_test"][rows], cfg.data, np.random.default_rng([cfg.seed, 3, seed_index])
+        )
+        samples["oracle"] = tensor(oracle)
     joint_true = torch.cat([x0, x1], 1)
-    true_self = mean_pairwise_distance(joint_true, joint_true, True)
+    true_self_all = mean_pairwise_distance(joint_true, joint_true)
     values: dict[str, float] = {}
     for name, x in samples.items():
         joint = torch.cat([x, x1], 1)
-        values[f"{name}/ed"] = energy_distance(joint, joint_true, true_self, paired=True)
+        values[f"{name}/ed"], values[f"{name}/ed_plugin"] = both_energy_distances(joint, joint_true, true_self_all)
         values[f"{name}/sw2"] = sliced_w2(joint, joint_true, seed=seed)
         values[f"{name}/mse"] = float(((x - x0) ** 2).mean())
-    if setup.toy:
-        values.update(block_values(cfg, samples, x0, x1))
     if setup.toy and x0.shape[1] >= 2:
         for name, x in samples.items():
             values[f"{name}/frac_bimodal"] = bimodal_fraction(x, cfg.bimodal_threshold)
         values["truth/frac_bimodal"] = bimodal_fraction(x0, cfg.bimodal_threshold)
-        if x0.shape[1] == 2 and not cfg.data.pairs_npz:
-            oracle = tensor(sample_toy_posterior(arrays["x1_test"], cfg.data, np.random.default_rng([cfg.seed, 3])))
-            samples["oracle"] = oracle
-            values["oracle/ed"] = energy_distance(torch.cat([oracle, x1], 1), joint_true, true_self, paired=True)
-            values["oracle/sw2"] = sliced_w2(torch.cat([oracle, x1], 1), joint_true, seed=seed)
-            values["oracle/frac_bimodal"] = bimodal_fraction(oracle, cfg.bimodal_threshold)
     if setup.name == "digits":
         classifier = digit_classifier(arrays, cfg.seed)
         labels = arrays["label_test_pairs"]
@@ -397,42 +473,15 @@ def evaluate_setup(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, see
         few = x1[:128]
         with torch.no_grad():
             values["ibmd/diversity"] = float(torch.stack([student(few) for _ in range(8)]).std(0).mean())
-        values["teacher_nfe1/diversity"] = float(
-            torch.stack([teacher_sample(teacher, bridge, few, 1) for _ in range(8)]).std(0).mean()
-        )
-        values[f"teacher_nfe{cfg.many_nfe}/diversity"] = float(
-            torch.stack([teacher_sample(teacher, bridge, few, cfg.many_nfe) for _ in range(8)]).std(0).mean()
-        )
+        for n in (1, cfg.many_nfe):
+            draws = [teacher_sample(teacher, bridge, few, n) for _ in range(8)]
+            values[f"teacher_nfe{n}/diversity"] = float(torch.stack(draws).std(0).mean())
     values.update({f"ibmd/{k}": v for k, v in bridge_diagnostics(cfg, student, teacher, fake, x1, seed).items()})
     values["ibmd/init_gap"] = init_gap(cfg, setup, teacher, tensor(arrays["x1_train"][:1024]), seed)
     return {"values": values, "samples": samples, "x0": x0, "x1": x1}
 
 
-def blocks(n: int) -> list[slice]:
-    """EVAL_BLOCKS disjoint equal-size blocks of n held-out pairs (a remainder of < EVAL_BLOCKS pairs is unused)."""
-    size = n // EVAL_BLOCKS
-    return [slice(b * size, (b + 1) * size) for b in range(EVAL_BLOCKS)]
-
-
-def block_values(cfg: Config, samples: dict[str, torch.Tensor], x0: torch.Tensor, x1: torch.Tensor) -> dict[str, float]:
-    """Per held-out block: every sampler's joint energy distance (against the block's own true pairs) and
-    bimodal fraction, keyed ``<sampler>/block<b>_<metric>`` (the claim's paired units)."""
-    out: dict[str, float] = {}
-    for b, rows in enumerate(blocks(len(x0))):
-        joint_true = torch.cat([x0[rows], x1[rows]], 1)
-        true_self = mean_pairwise_distance(joint_true, joint_true, True)
-        for name, x in samples.items():
-            out[f"{name}/block{b}_ed"] = energy_distance(
-                torch.cat([x[rows], x1[rows]], 1), joint_true, true_self, paired=True
-            )
-        if x0.shape[1] >= 2:
-            for name, x in samples.items():
-                out[f"{name}/block{b}_frac_bimodal"] = bimodal_fraction(x[rows], cfg.bimodal_threshold)
-            out[f"truth/block{b}_frac_bimodal"] = bimodal_fraction(x0[rows], cfg.bimodal_threshold)
-    return out
-
-
-def metric_values(cfg: Config, setup: Setup, values: dict[str, float], summary: dict) -> dict[str, float]:
+def metric_names(setup: Setup, values: dict[str, float]) -> dict[str, float]:
     """Namespaced keys: method/ = IBMD at NFE 1, baseline/ = the teacher (NFE in the key), oracle/ = references."""
     out: dict[str, float] = {}
     for key, value in values.items():
@@ -441,257 +490,239 @@ def metric_values(cfg: Config, setup: Setup, values: dict[str, float], summary: 
             out[f"method/{setup.name}_{metric}"] = value
         elif sampler.startswith("teacher_"):
             out[f"baseline/{setup.name}_{metric}_{sampler.removeprefix('teacher_')}"] = value
+        elif sampler == "oracle":
+            out[f"oracle/{setup.name}_{metric}"] = value
         else:
-            out[
-                f"oracle/{setup.name}_{metric}" if sampler == "oracle" else f"oracle/{setup.name}_{sampler}_{metric}"
-            ] = value
-    out[f"method/{setup.name}_x1_only_fraction"] = float(summary.get(f"{setup.name}_x1_only_fraction", 0.0))
+            out[f"oracle/{setup.name}_{sampler}_{metric}"] = value
+    return out
+
+
+def per_seed_key(name: str, seed_index: int) -> str:
+    """``method/toy_cond_ed`` -> ``method/seed0/toy_cond_ed``: the claim's paired units."""
+    namespace, rest = name.split("/", 1)
+    return f"{namespace}/seed{seed_index}/{rest}"
+
+
+def setup_values(cfg: Config, setup: Setup, seeds: list[dict], summary: dict) -> dict[str, float]:
+    """Per-seed keys for every metric and their mean over the seeds under the plain name."""
+    out: dict[str, float] = {}
+    pooled: dict[str, list[float]] = {}
+    for k, result in enumerate(seeds):
+        named = metric_names(setup, result["values"])
+        named[f"method/{setup.name}_x1_only_fraction"] = float(
+            summary.get(f"{setup.name}_seed{k}_x1_only_fraction", 0.0)
+        )
+        for name, value in named.items():
+            out[per_seed_key(name, k)] = value
+            pooled.setdefault(name, []).append(value)
+    out.update({name: float(np.mean(xs)) for name, xs in pooled.items()})
     return out
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
     set_threads()
-    values: dict[str, float] = {}
-    results = {}
+    values: dict[str, float] = {k: v for k, v in artifacts.summary.items() if k.startswith("select/")}
+    first_seed: dict[str, dict] = {}
     for i, setup in enumerate(setups(cfg)):
         arrays = load_arrays(data, setup)
-        results[setup.name] = evaluate_setup(cfg, setup, arrays, artifacts.model_dir, cfg.seed + 7 * i)
-        values.update(metric_values(cfg, setup, results[setup.name]["values"], artifacts.summary))
-    plots = Path(out_dir) / "plots"
-    toy = {k: v for k, v in results.items() if k.startswith("toy")}
+        seeds = [
+            evaluate_seed(cfg, setup, arrays, artifacts.model_dir, k, run_seed(cfg, i, k) + 7)
+            for k in range(setup.n_seeds)
+        ]
+        values.update(setup_values(cfg, setup, seeds, artifacts.summary))
+        first_seed[setup.name] = seeds[0]
+    selections = json.loads((Path(artifacts.model_dir) / "selection.json").read_text())
+    plot_dir = Path(out_dir) / "plots"
+    toy = {k: v for k, v in first_seed.items() if k.startswith("toy")}
+    grid_nfe = nfe_grid(cfg, 0)
     figures = [
-        plot_toy_samples(cfg, toy, plots / "toy_samples.png"),
-        plot_ed_vs_nfe(cfg, results, plots / "energy_distance_vs_nfe.png"),
-        plot_learning_curves(artifacts.history, plots / "learning_curves.png"),
+        plots.plot_toy_samples(cfg.many_nfe, toy, plot_dir / "toy_samples.png"),
+        plots.plot_ed_vs_nfe(grid_nfe, first_seed, plot_dir / "energy_distance_vs_nfe.png"),
+        plots.plot_learning_curves(artifacts.history, plot_dir / "learning_curves.png"),
+        plots.plot_teacher_convergence(
+            artifacts.history,
+            {s: values.get(f"oracle/{s}_truth_frac_bimodal") for s in toy},
+            cfg.many_nfe,
+            plot_dir / "teacher_convergence.png",
+        ),
+        plots.plot_seed_summary(
+            cfg.many_nfe, [s.name for s in setups(cfg) if s.toy], cfg.n_seeds, values, plot_dir / "seed_summary.png"
+        ),
+        plots.plot_selection(selections, plot_dir / "selection.png"),
     ]
-    if "digits" in results:
-        figures.append(plot_digits(cfg, results["digits"], plots / "digits_samples.png"))
+    if "digits" in first_seed:
+        figures.append(plots.plot_digits(cfg.many_nfe, first_seed["digits"], plot_dir / "digits_samples.png"))
     return Metrics(values, figures)
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def plot_toy_samples(cfg: Config, results: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    columns = ["truth", "oracle", "teacher_nfe1", f"teacher_nfe{cfg.many_nfe}", "ibmd"]
-    titles = {
-        "truth": "true x0",
-        "oracle": "exact p(x0|x1)",
-        "teacher_nfe1": "teacher, NFE 1",
-        f"teacher_nfe{cfg.many_nfe}": f"teacher, NFE {cfg.many_nfe}",
-        "ibmd": "IBMD student, NFE 1",
-    }
-    fig, axes = plt.subplots(
-        len(results), len(columns) + 1, figsize=(2.7 * (len(columns) + 1), 2.7 * len(results)), squeeze=False
-    )
-    for row, (name, res) in enumerate(results.items()):
-        samples = {"truth": res["x0"], **res["samples"]}
-        ed = res["values"]
-        for col, key in enumerate(columns):
-            ax = axes[row, col]
-            if key not in samples or samples[key].shape[1] < 2:
-                ax.axis("off")
-                continue
-            x = samples[key][:2048].numpy()
-            ax.scatter(x[:, 0], x[:, 1], s=1, alpha=0.4, color="tab:red" if key == "ibmd" else "tab:blue")
-            extra = f"\nED {ed[f'{key}/ed']:.4f}" if f"{key}/ed" in ed else ""
-            ax.set_title(f"{name}: {titles[key]}{extra}", fontsize=8)
-            ax.set_xlim(-3, 3)
-            ax.set_ylim(-3, 3)
-            ax.set_aspect("equal")
-        ax = axes[row, -1]
-        bins = np.linspace(-3, 3, 61)
-        for key, color in (
-            ("truth", "black"),
-            ("teacher_nfe1", "tab:gray"),
-            (f"teacher_nfe{cfg.many_nfe}", "tab:blue"),
-            ("ibmd", "tab:red"),
-        ):
-            if key in samples and samples[key].shape[1] >= 2:
-                ax.hist(
-                    samples[key][:, 1].numpy(), bins=bins, histtype="step", density=True, color=color, label=titles[key]
-                )
-        ax.set_title(f"{name}: x0_2 marginal", fontsize=8)
-        ax.legend(fontsize=6)
-    return plotting.save(fig, path)
-
-
-def plot_ed_vs_nfe(cfg: Config, results: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, axes = plt.subplots(1, len(results), figsize=(3.6 * len(results), 3.1), squeeze=False)
-    grid = nfe_grid(cfg)
-    for ax, (name, res) in zip(axes[0], results.items()):
-        v = res["values"]
-        ax.plot(
-            grid, [v[f"teacher_nfe{n}/ed"] for n in grid], marker="o", color="tab:blue", label="teacher (I2SB sampler)"
-        )
-        ax.scatter([1], [v["ibmd/ed"]], marker="*", s=160, color="tab:red", zorder=5, label="IBMD student, NFE 1")
-        if "oracle/ed" in v:
-            ax.axhline(v["oracle/ed"], ls="--", color="black", lw=1, label="exact posterior (noise floor)")
-        ax.set_xscale("log")
-        ax.set_yscale("symlog", linthresh=1e-3)
-        ax.set_xlabel("NFE")
-        ax.set_ylabel("energy distance, joint (x0, x1)")
-        ax.set_title(name, fontsize=9)
-        ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
-    return plotting.save(fig, path)
-
-
-def plot_learning_curves(history: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    panels = [
-        ("baseline", "train/loss", "teacher: bridge-matching loss"),
-        ("method", "train/fake_loss", "fake bridge loss (on G's coupling)"),
-        ("method", "train/generator_loss", "generator loss (a difference; may be < 0)"),
-        ("method", "train/convergence", "mean(x0_phi^2) - mean(x0_phi x0)"),
-    ]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.0))
-    for ax, (role, key, title) in zip(axes, panels):
-        for variant, records in history.items():
-            if not variant.startswith(role):
-                continue
-            pts = [(r.get("epoch", i), r[key]) for i, r in enumerate(records) if key in r]
-            if pts:
-                ax.plot(*zip(*pts), marker=".", label=variant.removeprefix(role).strip("_") or "toy_cond")
-        ax.set_title(title, fontsize=8)
-        ax.set_xlabel("epoch")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return plotting.save(fig, path)
-
-
-def plot_digits(cfg: Config, res: dict, path: Path, n: int = 10) -> Path:
-    plt = plotting.pyplot()
-    many = f"teacher_nfe{cfg.many_nfe}"
-    rows = [
-        ("clean x0", res["x0"]),
-        ("corrupted x1", res["x1"]),
-        ("teacher NFE 1", res["samples"]["teacher_nfe1"]),
-        (f"teacher NFE {cfg.many_nfe}", res["samples"][many]),
-        ("IBMD NFE 1", res["samples"]["ibmd"]),
-    ]
-    fig, axes = plt.subplots(len(rows), n, figsize=(1.1 * n, 1.25 * len(rows)))
-    v = res["values"]
-    for r, (label, x) in enumerate(rows):
-        for c in range(n):
-            ax = axes[r, c]
-            ax.imshow(x[c].reshape(8, 8).clamp(-1, 1).numpy(), cmap="gray_r", vmin=-1, vmax=1)
-            ax.set_xticks([])
-            ax.set_yticks([])
-        key = {"teacher NFE 1": "teacher_nfe1", f"teacher NFE {cfg.many_nfe}": many, "IBMD NFE 1": "ibmd"}.get(label)
-        extra = f"\nED {v[f'{key}/ed']:.3f}\nacc {v[f'{key}/class_acc']:.2f}" if key else ""
-        axes[r, 0].set_ylabel(label + extra, fontsize=6, rotation=0, ha="right", va="center")
-    return plotting.save(fig, path)
 
 
 # ----------------------------------------------------------------------------- claim
 
 
-def per_block(v: dict[str, float], key: str) -> np.ndarray:
-    """The per-block values of one metric: ``key`` holds ``{b}`` where the block index goes."""
-    return np.array([v[key.format(b=b)] for b in range(EVAL_BLOCKS)])
-
-
-def abs_mean_gap(frac: np.ndarray, truth: np.ndarray) -> float:
-    """|mean(frac) - mean(truth)| over equal-size blocks = |pooled fraction - pooled true fraction|."""
-    return float(abs(np.mean(frac) - np.mean(truth)))
+def absolute_mean_criterion(
+    name: str, statement: str, differences: np.ndarray, tolerance: float, units: str
+) -> Criterion:
+    """|mean difference| <= tolerance, its interval the |.| image of the difference's t-interval:
+    holds iff the whole t-interval lies in [-tolerance, tolerance] (an equivalence test)."""
+    mean, low, high = V.t_interval(differences)
+    if not (math.isfinite(low) and math.isfinite(high)):
+        abs_low, abs_high = (math.nan, math.nan) if math.isnan(low) else (0.0, math.inf)
+    else:
+        abs_low = 0.0 if low <= 0 <= high else min(abs(low), abs(high))
+        abs_high = max(abs(low), abs(high))
+    n = len(differences)
+    reason = "one unit: no interval, so at best inconclusive" if n == 1 else ""
+    return Criterion(name, statement, abs(mean), abs_low, abs_high, tolerance, "<=", f"{n} {units}", n, "t", "", reason)
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """The brief's criteria on every toy teacher (conditional and unconditional), each over EVAL_BLOCKS
-    paired held-out blocks: ED(IBMD-1) - 1.5 x ED(teacher-many) <= 0 and ED(IBMD-1) - 0.5 x ED(teacher-1) <= 0
-    (t-intervals of the per-block excess), |frac(|x0_2| > 0.5) - truth| <= 0.1 (bootstrap over blocks).
-    Sanity: x1-only distillation and G_init = teacher one-step (any scale); at default scale the toy
-    must discriminate: the many-step teacher within 0.1 of the true fraction, the one-step teacher
-    at most half of it ("collapses")."""
+    """REVIEW.md's restated check, per toy teacher (conditional and unconditional), over the paired seeds
+    (seed k: its own teacher, its own student, its own held-out block; Student-t 95 % intervals):
+
+    * ``<s>_bimodal_gap_to_teacher_nfe<many>``: |frac(IBMD-1) - frac(teacher-many)| <= 0.1, the
+      student judged against the teacher's own NFE-many samples (the truth gap is in the figures);
+    * ``<s>_ed_vs_teacher_nfe<many>``: excess(IBMD-1) - 1.5 excess(teacher-many) <= F, with
+      excess = plug-in ED to the truth minus the noise floor F (the plug-in ED between the exact
+      posterior's samples and the truth: two independent sample sets of the reference law). The
+      floor is the resolution at this sample size: a teacher at the floor leaves the student one
+      floor of slack, where the bare ratio divided noise by noise;
+    * ``<s>_ed_vs_teacher_nfe1``: excess(IBMD-1) <= 0.5 excess(teacher-1).
+
+    Must pass: x1-only distillation and G_init = teacher one-step (any scale); at default scale the
+    converged teacher's NFE-many sampler within 0.1 of the true bimodal fraction on every seed (the
+    brief's gate) and its one-step mean collapsed (at most half the true fraction)."""
     v = metrics.values
     many = f"nfe{cfg.many_nfe}"
-    units = "held-out blocks"
     figures: dict[str, float] = {}
-    criteria = []
+    criteria: list[Criterion] = []
     sanity: dict[str, bool] = {}
     for setup in setups(cfg):
         s = setup.name
-        sanity[f"{s}_distillation_sees_x1_only"] = v[f"method/{s}_x1_only_fraction"] == 1.0
-        sanity[f"{s}_student_init_equals_teacher_one_step"] = v[f"method/{s}_init_gap"] <= 1e-6
-        figures[f"{s}_init_gap"] = v[f"method/{s}_init_gap"]
-        figures[f"{s}_ed_ibmd_nfe1"] = v[f"method/{s}_ed"]
-        figures[f"{s}_ed_teacher_nfe1"] = v[f"baseline/{s}_ed_nfe1"]
-        figures[f"{s}_ed_teacher_{many}"] = v[f"baseline/{s}_ed_{many}"]
-        if not setup.toy:
-            figures[f"{s}_class_acc_ibmd_nfe1"] = v[f"method/{s}_class_acc"]
-            figures[f"{s}_class_acc_teacher_{many}"] = v[f"baseline/{s}_class_acc_{many}"]
+        n = setup.n_seeds
+        units = "paired seeds" if n > 1 else "seed"
+
+        def seeds(namespace: str, metric: str) -> np.ndarray:
+            return np.array([v[f"{namespace}/seed{k}/{s}_{metric}"] for k in range(n)])
+
+        sanity[f"{s}_distillation_sees_x1_only"] = bool(np.all(seeds("method", "x1_only_fraction") == 1.0))
+        sanity[f"{s}_student_init_equals_teacher_one_step"] = bool(np.all(seeds("method", "init_gap") <= 1e-6))
+        figures[f"{s}_init_gap"] = float(seeds("method", "init_gap").max())
+        for role, arm in (("teacher", f"teacher_{s}"), ("ibmd", f"ibmd_{s}")):
+            if f"select/{arm}/lr" in v:
+                figures[f"{s}_{role}_chosen_lr"] = v[f"select/{arm}/lr"]
+            best = [v.get(f"select/{arm}/seed{k}/best_epoch") for k in range(n)]
+            if all(b is not None for b in best):
+                figures[f"{s}_{role}_mean_best_epoch"] = float(np.mean(best))
+        if not setup.toy:  # digits: reported, not judged
+            for key, name in (
+                (f"method/{s}_ed_plugin", "ed_plugin_ibmd_nfe1"),
+                (f"baseline/{s}_ed_plugin_nfe1", "ed_plugin_teacher_nfe1"),
+                (f"baseline/{s}_ed_plugin_{many}", f"ed_plugin_teacher_{many}"),
+                (f"method/{s}_class_acc", "class_acc_ibmd_nfe1"),
+                (f"baseline/{s}_class_acc_{many}", f"class_acc_teacher_{many}"),
+                (f"method/{s}_psnr", "psnr_ibmd_nfe1"),
+                (f"baseline/{s}_psnr_{many}", f"psnr_teacher_{many}"),
+                (f"method/{s}_diversity", "diversity_ibmd_nfe1"),
+            ):
+                figures[f"{s}_{name}"] = v[key]
             continue
-        ed, ed_one, ed_many = v[f"method/{s}_ed"], v[f"baseline/{s}_ed_nfe1"], v[f"baseline/{s}_ed_{many}"]
-        figures[f"{s}_ed_ratio_ibmd_to_teacher_{many}"] = ed / max(ed_many, 1e-12)
-        figures[f"{s}_ed_ratio_ibmd_to_teacher_nfe1"] = ed / max(ed_one, 1e-12)
-        # "ED <= c x ED_teacher" as the per-block excess ED - c x ED_teacher <= 0: linear, so a t-interval over
-        # blocks fits it, and it stays well-conditioned when the teacher's ED is near the U-statistic's zero
-        # (where a ratio's bootstrap would divide by noise).
-        block_ed = per_block(v, f"method/{s}_block{{b}}_ed")
-        for factor, nfe, label in ((ED_MANY_FACTOR, many, f"teacher_{many}"), (ED_ONE_FACTOR, "nfe1", "teacher_nfe1")):
-            criteria.append(
-                V.difference_criterion(
-                    f"{s}_ed_vs_{label}",
-                    f"{s}: ED(IBMD, NFE 1) - {factor:g} x ED(teacher, NFE {nfe.removeprefix('nfe')}) on joint (x0_hat, x1)",
-                    block_ed,
-                    factor * per_block(v, f"baseline/{s}_block{{b}}_ed_{nfe}"),
-                    0.0,
-                    "<=",
-                    units=units,
-                )
-            )
-        if f"method/{s}_frac_bimodal" not in v:  # a 1-D user-supplied pair set has no second coordinate
+
+        ed_ibmd, ed_one, ed_many = (
+            seeds("method", "ed_plugin"),
+            seeds("baseline", "ed_plugin_nfe1"),
+            seeds("baseline", f"ed_plugin_{many}"),
+        )
+        exact = f"oracle/seed0/{s}_ed_plugin" in v
+        # Without the exact posterior (a user-supplied pair set) there is no floor: F = 0, the plain ratios.
+        floor = seeds("oracle", "ed_plugin") if exact else np.zeros(n)
+        excess_ibmd, excess_one, excess_many = ed_ibmd - floor, ed_one - floor, ed_many - floor
+        criteria += [
+            V.mean_criterion(
+                f"{s}_ed_vs_teacher_{many}",
+                f"{s}: excess ED(IBMD, NFE 1) - {ED_MANY_FACTOR:g} x excess ED(teacher, NFE {cfg.many_nfe}) - noise "
+                "floor F (excess = plug-in ED of joint (x0_hat, x1) to the truth minus F)",
+                excess_ibmd - ED_MANY_FACTOR * excess_many - floor,
+                0.0,
+                "<=",
+                units,
+            ),
+            V.mean_criterion(
+                f"{s}_ed_vs_teacher_nfe1",
+                f"{s}: excess ED(IBMD, NFE 1) - {ED_ONE_FACTOR:g} x excess ED(teacher, NFE 1) over the noise floor",
+                excess_ibmd - ED_ONE_FACTOR * excess_one,
+                0.0,
+                "<=",
+                units,
+            ),
+        ]
+        for label, values in (
+            ("noise_floor", floor),
+            ("ed_excess_ibmd_nfe1", excess_ibmd),
+            ("ed_excess_teacher_nfe1", excess_one),
+            (f"ed_excess_teacher_{many}", excess_many),
+            ("ed_ibmd_nfe1", seeds("method", "ed")),
+            (f"ed_teacher_{many}", seeds("baseline", f"ed_{many}")),
+        ):
+            figures[f"{s}_{label}"] = float(np.mean(values))
+        if f"method/seed0/{s}_frac_bimodal" not in v:  # a 1-D user-supplied pair set has no second coordinate
             continue
-        truth = v[f"oracle/{s}_truth_frac_bimodal"]
-        frac, frac_one, frac_many = (
-            v[f"method/{s}_frac_bimodal"],
-            v[f"baseline/{s}_frac_bimodal_nfe1"],
-            v[f"baseline/{s}_frac_bimodal_{many}"],
+        frac, frac_one, frac_many, truth = (
+            seeds("method", "frac_bimodal"),
+            seeds("baseline", "frac_bimodal_nfe1"),
+            seeds("baseline", f"frac_bimodal_{many}"),
+            seeds("oracle", "truth_frac_bimodal"),
         )
         criteria.append(
-            V.bootstrap_criterion(
-                f"{s}_bimodal_gap_to_truth",
-                f"{s}: |frac(|x0_2| > {cfg.bimodal_threshold:g}) of IBMD at NFE 1 - the true fraction|",
-                abs_mean_gap,
-                (
-                    per_block(v, f"method/{s}_block{{b}}_frac_bimodal"),
-                    per_block(v, f"oracle/{s}_truth_block{{b}}_frac_bimodal"),
-                ),
+            absolute_mean_criterion(
+                f"{s}_bimodal_gap_to_teacher_{many}",
+                f"{s}: |frac(|x0_2| > {cfg.bimodal_threshold:g}) of IBMD at NFE 1 - that of the teacher's own "
+                f"NFE-{cfg.many_nfe} samples|",
+                frac - frac_many,
                 BIMODAL_TOLERANCE,
-                "<=",
-                units=units,
-                seed=cfg.seed,
+                units,
             )
         )
+        truth_gap = absolute_mean_criterion("truth_gap", "", frac - truth, BIMODAL_TOLERANCE, units)
+        teacher_gap = absolute_mean_criterion("teacher_gap", "", frac_many - truth, BIMODAL_TOLERANCE, units)
         figures.update(
             {
-                f"{s}_frac_bimodal_truth": truth,
-                f"{s}_frac_bimodal_ibmd_nfe1": frac,
-                f"{s}_frac_bimodal_teacher_nfe1": frac_one,
-                f"{s}_frac_bimodal_teacher_{many}": frac_many,
-                f"{s}_convergence_fake": v[f"method/{s}_convergence_fake"],
-                f"{s}_fake_loss": v[f"method/{s}_fake_loss"],
+                f"{s}_bimodal_truth_gap_ibmd": truth_gap.estimate,
+                f"{s}_bimodal_truth_gap_ibmd_high": truth_gap.high,
+                f"{s}_bimodal_truth_gap_teacher_{many}": teacher_gap.estimate,
+                f"{s}_bimodal_truth_gap_teacher_{many}_high": teacher_gap.high,
+                f"{s}_frac_bimodal_truth": float(truth.mean()),
+                f"{s}_frac_bimodal_ibmd_nfe1": float(frac.mean()),
+                f"{s}_frac_bimodal_teacher_nfe1": float(frac_one.mean()),
+                f"{s}_frac_bimodal_teacher_{many}": float(frac_many.mean()),
+                f"{s}_convergence_fake": float(seeds("method", "convergence_fake").mean()),
+                f"{s}_fake_loss": float(seeds("method", "fake_loss").mean()),
             }
         )
-        if f"oracle/{s}_ed" in v:
-            figures[f"{s}_ed_exact_posterior"] = v[f"oracle/{s}_ed"]
+        if exact:
+            figures[f"{s}_frac_bimodal_exact_posterior"] = float(seeds("oracle", "frac_bimodal").mean())
+        for metric in ("noise_floor", "ed_excess_ibmd_nfe1", f"ed_excess_teacher_{many}"):
+            arr = {"noise_floor": floor, "ed_excess_ibmd_nfe1": excess_ibmd}.get(metric, excess_many)
+            if n > 1:
+                _, low, high = V.t_interval(arr)
+                figures[f"{s}_{metric}_low"], figures[f"{s}_{metric}_high"] = low, high
         if cfg.scale == Scale.default:
             # The toy must be a real test: the many-step teacher finds both modes, its one-step mean does not.
-            sanity[f"{s}_teacher_{many}_recovers_bimodality"] = abs(frac_many - truth) <= BIMODAL_TOLERANCE
-            sanity[f"{s}_teacher_nfe1_collapses"] = frac_one <= 0.5 * truth
+            sanity[f"{s}_teacher_{many}_recovers_bimodality"] = bool(
+                np.all(np.abs(frac_many - truth) <= BIMODAL_TOLERANCE)
+            )
+            sanity[f"{s}_teacher_nfe1_collapses"] = bool(np.all(frac_one <= 0.5 * truth))
     toy_names = [s.name for s in setups(cfg) if s.toy]
     statement = (
-        f"IBMD at NFE 1 vs the I2SB teacher at NFE 1 and {cfg.many_nfe} on the 2-D bimodal bridge ({', '.join(toy_names)}): "
-        f"ED(IBMD-1) <= {ED_MANY_FACTOR:g} x ED(teacher-{cfg.many_nfe}), ED(IBMD-1) <= {ED_ONE_FACTOR:g} x ED(teacher-1), and "
-        f"|frac(|x0_2| > {cfg.bimodal_threshold:g}) - truth| <= {BIMODAL_TOLERANCE:g}; digits restoration reported alongside"
+        f"IBMD at NFE 1 vs the converged I2SB teacher at NFE 1 and {cfg.many_nfe} on the 2-D bimodal bridge "
+        f"({', '.join(toy_names)}), over {cfg.n_seeds} paired training seeds: the student's bimodal fraction within "
+        f"{BIMODAL_TOLERANCE:g} of the teacher's NFE-{cfg.many_nfe} samples; its energy-distance excess over the "
+        f"noise floor <= {ED_MANY_FACTOR:g}x the NFE-{cfg.many_nfe} teacher's plus one floor, and <= {ED_ONE_FACTOR:g}x "
+        "the one-step teacher's; digits restoration reported alongside"
     )
     notes = (
-        f"scale={cfg.scale.value}; the claim must hold for every toy teacher ({', '.join(toy_names)}); "
-        "energy distance is the U-statistic on joint (x0_hat, x1) against held-out (x0, x1); intervals are over "
-        f"{EVAL_BLOCKS} disjoint held-out blocks of one trained teacher/student per setup (evaluation noise only, "
-        "not seed-to-seed training noise); the full-sample ED ratios are in the figures"
+        f"scale={cfg.scale.value}; the claim must hold for every toy teacher ({', '.join(toy_names)}); ED is the "
+        "plug-in energy distance of joint (x0_hat, x1) to held-out (x0, x1), seed k on its own block; the noise floor "
+        "is the same statistic for exact-posterior samples; intervals are Student-t over paired training seeds "
+        "(teacher, student and test block all vary per seed); lrs chosen on the first seed's validation split"
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    finite = {k: float(x) for k, x in figures.items() if math.isfinite(x)}  # one seed: no interval ends
+    return ClaimResult(statement, criteria, sanity, finite, notes)

@@ -9,18 +9,19 @@ import pytest
 import torch
 
 from models.base import Metrics, ValidationError
+from models.common import verdicts as V
 from models.common.diffusion import BridgeSchedule
 from models.common.runtime import set_threads
 from models.ibmd import SPEC
 from models.ibmd.algorithm import (
-    InverseBridgeMatching,
+    both_energy_distances,
     bridge_matching_loss,
     convergence_condition,
-    corrupted_only_loader,
     energy_distance,
     generator_loss,
     loss_weight,
     mean_pairwise_distance,
+    plugin_energy_distance,
     sliced_w2,
 )
 from models.ibmd.config import BridgeConfig, Config, DataConfig, DistillConfig, TeacherConfig
@@ -35,7 +36,13 @@ from models.ibmd.data import (
     sample_toy_x0,
 )
 from models.ibmd.networks import BridgeNet, OneStepGenerator, network_times, with_noise_inputs
-from models.ibmd.pipeline import EVAL_BLOCKS, blocks
+from models.ibmd.pipeline import absolute_mean_criterion, held_out_block, per_seed_key
+from models.ibmd.training import (
+    BridgeMatching,
+    InverseBridgeMatching,
+    corrupted_only_loader,
+    fixed_validation_pairs,
+)
 
 set_threads()  # tiny tensors: OpenMP threads beyond the free cores only add contention
 
@@ -181,6 +188,9 @@ def test_distillation_loader_yields_only_x1_and_the_module_refuses_pairs():
         teacher,
         BridgeSchedule.i2sb(100, 0.3),
         cfg,
+        1e-3,
+        torch.zeros(8, 2),
+        torch.zeros(8, 2),
     )
     assert module.split(batches[0]).shape == (4, 8, 2)
     with pytest.raises(TypeError):
@@ -212,15 +222,18 @@ def test_toy_corruption_and_its_exact_posterior():
 
 
 def test_toy_and_digits_files_are_deterministic():
-    cfg = DataConfig(toy_train=100, toy_test=64, digits_train_copies=1, digits_test_copies=2)
-    a, b = make_toy(cfg, 3), make_toy(cfg, 3)
-    assert (
-        all(np.array_equal(a[k], b[k]) for k in a) and a["x0_train"].shape == (100, 2) and a["x1_test"].shape == (64, 2)
+    cfg = DataConfig(
+        toy_train=100, toy_val=32, toy_test=64, toy_test_blocks=3, digits_train_copies=1, digits_test_copies=2
     )
+    a, b = make_toy(cfg, 3), make_toy(cfg, 3)
+    assert all(np.array_equal(a[k], b[k]) for k in a) and a["x0_train"].shape == (100, 2)
+    assert a["x0_val"].shape == (32, 2) and a["x1_test"].shape == (3 * 64, 2)  # one block of 64 per seed
+    assert not np.array_equal(make_toy(cfg, 4)["x0_train"], a["x0_train"])
     digits = make_digits(cfg, 0)
     n_test = digits["x0_test"].shape[0] // 2
     assert digits["x0_test"].shape[1] == 64 and np.array_equal(digits["x0_test"][:n_test], digits["x0_test"][n_test:])
     assert digits["x0_train"].min() >= -1 and digits["x0_train"].max() <= 1
+    assert len(digits["x0_val"]) == round(0.1 * 1797)  # one corruption draw per validation image
 
 
 def test_digit_corruption_is_a_blockwise_mean():
@@ -235,12 +248,14 @@ def test_user_pairs_loader(tmp_path):
     x0 = np.arange(40, dtype=np.float32).reshape(10, 2, 2)
     np.savez(tmp_path / "pairs.npz", x0=x0, x1=x0 + 0.5)
     pairs = load_pairs(tmp_path / "pairs.npz", 0.2, seed=0)
-    assert pairs["x0_train"].shape == (8, 4) and pairs["x1_test"].shape == (2, 4)
+    assert pairs["x0_train"].shape == (7, 4) and pairs["x0_val"].shape == (1, 4) and pairs["x1_test"].shape == (2, 4)
     assert np.allclose(pairs["x1_train"] - pairs["x0_train"], 0.5)  # rows stay paired after shuffling
+    rows = np.concatenate([pairs[f"x0_{split}"] for split in ("train", "val", "test")])
+    assert sorted(rows[:, 0].tolist()) == list(range(0, 40, 4))  # every row used exactly once
     np.savez(tmp_path / "bad.npz", x0=x0)
     with pytest.raises(ValueError, match="x1"):
         load_pairs(tmp_path / "bad.npz", 0.2, 0)
-    np.savez(tmp_path / "bad2.npz", x0=x0, x1=x0[:5])
+    np.savez(tmp_path / "bad2.npz", x0=x0, x1=x0[:9])
     with pytest.raises(ValueError):
         load_pairs(tmp_path / "bad2.npz", 0.2, 0)
 
@@ -299,108 +314,205 @@ def test_config_rejects_bad_values():
     assert Config.for_scale("smoke").teacher.steps < Config().teacher.steps
 
 
+def test_config_seeds_need_their_own_test_blocks_and_digits_defaults_survive_overrides():
+    with pytest.raises(ValidationError, match="toy_test_blocks"):
+        Config.for_scale("default", {"n_seeds": 4})
+    cfg = Config.for_scale("default", {"digits_distill.generator_steps": 7, "digits_teacher.steps": 9})
+    assert cfg.digits_distill.noise_dim == 64 and cfg.digits_teacher.hidden == 256  # not the toy's 2 and 128
+    assert cfg.digits_distill.generator_steps == 7 and cfg.digits_teacher.steps == 9
+
+
+# ----------------------------------------------------------------------------- noise floor and criteria
+
+
+def test_plugin_energy_distance_is_scipys_square_and_its_floor_is_two_mean_distances_over_n():
+    from scipy.stats import energy_distance as scipy_ed
+
+    g = torch.Generator().manual_seed(3)
+    x, y = torch.randn(200, 1, generator=g), 0.3 + torch.randn(300, 1, generator=g)
+    assert plugin_energy_distance(x, y) == pytest.approx(scipy_ed(x[:, 0].numpy(), y[:, 0].numpy()) ** 2, rel=1e-5)
+    # The noise floor: two independent N(0, 1) samples of size n. E[plug-in ED] = E|Z - Z'| (1/n + 1/n)
+    # with E|Z - Z'| = 2 / sqrt(pi); the U-statistic's mean is 0 instead.
+    n, reps = 50, 400
+    plugin = [
+        plugin_energy_distance(torch.randn(n, 1, generator=g), torch.randn(n, 1, generator=g)) for _ in range(reps)
+    ]
+    unbiased = [energy_distance(torch.randn(n, 1, generator=g), torch.randn(n, 1, generator=g)) for _ in range(reps)]
+    assert min(plugin) >= 0
+    assert np.mean(plugin) == pytest.approx(2 / math.sqrt(math.pi) * 2 / n, rel=0.1)
+    assert abs(np.mean(unbiased)) < 3 * np.std(unbiased) / math.sqrt(reps)
+
+
+def test_absolute_mean_criterion_is_an_equivalence_test():
+    inside = absolute_mean_criterion("gap", "", np.array([0.01, -0.01, 0.02]), 0.1, "paired seeds")
+    mean, low, high = V.t_interval([0.01, -0.01, 0.02])
+    assert inside.estimate == pytest.approx(abs(mean)) and inside.low == 0 and inside.high == pytest.approx(high)
+    assert inside.state == "holds" and inside.n_units == 3
+    # Wholly beyond the tolerance on the negative side: |.| maps [low, high] to [-high, -low].
+    outside = absolute_mean_criterion("gap", "", np.array([-0.30, -0.31, -0.29]), 0.1, "paired seeds")
+    _, low, high = V.t_interval([-0.30, -0.31, -0.29])
+    assert outside.low == pytest.approx(-high) and outside.high == pytest.approx(-low) and outside.state == "fails"
+    wide = absolute_mean_criterion("gap", "", np.array([0.0, 0.15, 0.05]), 0.1, "paired seeds")
+    assert wide.low < 0.1 < wide.high and wide.state == "inconclusive"
+    single = absolute_mean_criterion("gap", "", np.array([0.01]), 0.1, "seed")
+    assert single.state == "inconclusive" and single.reason
+
+
+def test_teacher_validation_pairs_are_fixed_and_score_the_ema_weights():
+    bridge = BridgeSchedule.i2sb(100, 0.3)
+    x0, x1 = torch.randn(64, 2), torch.randn(64, 2)
+    a, b = fixed_validation_pairs(bridge, x0, x1, 5), fixed_validation_pairs(bridge, x0, x1, 5)
+    assert all(torch.equal(u, w) for u, w in zip(a, b))  # same steps and bridge noise at every epoch
+    module = BridgeMatching(BridgeNet(2, NET, BRIDGE, cond=True), bridge, NET, 1e-3)
+    with torch.no_grad():
+        module.ema.mlp[-1].bias.add_(1.0)  # the EMA differs from the raw weights
+    logged = {}
+    module.log = lambda name, value, **kw: logged.__setitem__(name, float(value))
+    module.validation_step(a, 0)
+    _, _, step, x_t = a
+    expected = ((module.ema.pred_x0(x_t, step, x1) - x0) ** 2).mean().item()
+    assert logged["val/loss"] == pytest.approx(expected)
+    assert expected != pytest.approx(((module.net.pred_x0(x_t, step, x1) - x0) ** 2).mean().item())
+
+
+def test_seeds_score_disjoint_test_blocks():
+    cfg = Config.for_scale("smoke", {"n_seeds": 3, "data.toy_test_blocks": 3})
+    from models.ibmd.pipeline import setups
+
+    setup = setups(cfg)[0]
+    arrays = {"x0_test": np.zeros((3 * 512, 2))}
+    rows = [held_out_block(arrays, setup, cfg, k) for k in range(3)]
+    assert [(r.start, r.stop) for r in rows] == [(0, 512), (512, 1024), (1024, 1536)]
+    assert per_seed_key("method/toy_cond_ed", 2) == "method/seed2/toy_cond_ed"
+
+
 # ----------------------------------------------------------------------------- pipeline
 
 
-def test_smoke_pipeline(tmp_path):
-    from tasks import steps
-
-    cfg = SPEC.make_config("smoke")
-    steps.prepare(SPEC, cfg, tmp_path)
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    assert {"baseline", "method", "baseline_digits", "method_digits"} <= set(artifacts.history)
-    assert any("train/fake_loss" in r for r in artifacts.history["method"])
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
-    v = metrics.values
-    assert not metrics.non_finite()
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("ibmd")
+    v, result = run.metrics.values, run.claim
+    assert {"baseline", "method", "baseline_digits", "method_digits"} <= set(run.artifacts.history)
+    assert any("train/fake_loss" in r for r in run.artifacts.history["method"])
+    assert any("val/ed_to_teacher" in r for r in run.artifacts.history["method"])
+    assert any("val/frac_bimodal_many" in r for r in run.artifacts.history["baseline"])  # the convergence trace
+    assert not run.metrics.non_finite()
     for setup in ("toy_cond", "digits"):
         assert v[f"method/{setup}_x1_only_fraction"] == 1.0 and v[f"method/{setup}_init_gap"] <= 1e-6
-        assert v[f"method/{setup}_ed"] >= -0.05 and f"baseline/{setup}_ed_nfe10" in v
+        assert v[f"method/{setup}_ed_plugin"] >= 0 and f"baseline/seed0/{setup}_ed_plugin_nfe10" in v
     assert 0 <= v["method/toy_cond_frac_bimodal"] <= 1 and 0.5 < v["oracle/toy_cond_truth_frac_bimodal"] < 1
     assert abs(v["oracle/toy_cond_frac_bimodal"] - v["oracle/toy_cond_truth_frac_bimodal"]) < 0.1  # the exact posterior
-    assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
-    assert "toy_cond_ed_ratio_ibmd_to_teacher_nfe1" in result.figures
+    assert 0 < v["oracle/toy_cond_ed_plugin"] < 0.05  # the noise floor at 512 pairs: ~2 E|Z - Z'| / 512
+    assert result.sane and result.verdict == "inconclusive"  # one smoke seed: no interval
     assert {c.name for c in result.criteria} == {
         "toy_cond_ed_vs_teacher_nfe10",
         "toy_cond_ed_vs_teacher_nfe1",
-        "toy_cond_bimodal_gap_to_truth",
+        "toy_cond_bimodal_gap_to_teacher_nfe10",
     }
-    gap = result.criterion("toy_cond_bimodal_gap_to_truth")
-    # Equal-size blocks: the blocks' mean fraction is the pooled fraction over the blocked pairs.
-    assert gap.n_units == EVAL_BLOCKS and gap.low <= gap.estimate <= gap.high
-    assert sum(b.stop - b.start for b in blocks(512)) == 512  # smoke's 512 test pairs all fall in a block
-    block_truth = [v[f"oracle/toy_cond_truth_block{b}_frac_bimodal"] for b in range(EVAL_BLOCKS)]
-    assert np.mean(block_truth) == pytest.approx(v["oracle/toy_cond_truth_frac_bimodal"])
-    ed = result.criterion("toy_cond_ed_vs_teacher_nfe1")
-    blocks_ed = [
-        v[f"method/toy_cond_block{b}_ed"] - 0.5 * v[f"baseline/toy_cond_block{b}_ed_nfe1"] for b in range(EVAL_BLOCKS)
-    ]
-    assert ed.estimate == pytest.approx(np.mean(blocks_ed)) and ed.interval == "t"
-    assert {p.name for p in metrics.figures} >= {"toy_samples.png", "energy_distance_vs_nfe.png", "digits_samples.png"}
-    model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
-    x1 = torch.zeros(64, 2)
-    out = model(x1, torch.randn(64, model.noise_dim))
+    ed = result.criterion("toy_cond_ed_vs_teacher_nfe10")
+    floor = v["oracle/seed0/toy_cond_ed_plugin"]
+    excess = v["method/seed0/toy_cond_ed_plugin"] - floor
+    assert ed.estimate == pytest.approx(excess - 1.5 * (v["baseline/seed0/toy_cond_ed_plugin_nfe10"] - floor) - floor)
+    assert result.figures["toy_cond_noise_floor"] == pytest.approx(floor)
+    assert "toy_cond_bimodal_truth_gap_ibmd" in result.figures and "select/teacher_toy_cond/lr" in v
+    names = {p.name for p in run.metrics.figures}
+    assert {"toy_samples.png", "energy_distance_vs_nfe.png", "teacher_convergence.png", "digits_samples.png"} <= names
+    model = SPEC.module().load_model(run.cfg, run.layout.model_dir)
+    out = model(torch.zeros(64, 2), torch.randn(64, model.noise_dim))
     assert isinstance(model, OneStepGenerator) and out.shape == (64, 2) and torch.isfinite(out).all()
 
 
 # ----------------------------------------------------------------------------- claim
 
-
-def _claim_of(ed_ibmd, ed_one, ed_many, frac, truth):
-    """claim() on hand-built per-block metrics of one conditional toy setup (smoke: NFE 10 is "many")."""
-    cfg = Config.for_scale("smoke", {"data.digits": False})
-    v = {
-        "method/toy_cond_x1_only_fraction": 1.0,
-        "method/toy_cond_init_gap": 0.0,
-        "method/toy_cond_convergence_fake": 0.0,
-        "method/toy_cond_fake_loss": 0.1,
-    }
-    for b in range(EVAL_BLOCKS):
-        v[f"method/toy_cond_block{b}_ed"] = ed_ibmd[b]
-        v[f"baseline/toy_cond_block{b}_ed_nfe1"] = ed_one[b]
-        v[f"baseline/toy_cond_block{b}_ed_nfe10"] = ed_many[b]
-        v[f"method/toy_cond_block{b}_frac_bimodal"] = frac[b]
-        v[f"oracle/toy_cond_truth_block{b}_frac_bimodal"] = truth[b]
-    pooled = {
-        "method/toy_cond_ed": np.mean(ed_ibmd),
-        "baseline/toy_cond_ed_nfe1": np.mean(ed_one),
-        "baseline/toy_cond_ed_nfe10": np.mean(ed_many),
-        "method/toy_cond_frac_bimodal": np.mean(frac),
-        "oracle/toy_cond_truth_frac_bimodal": np.mean(truth),
-        "baseline/toy_cond_frac_bimodal_nfe1": 0.1,
-        "baseline/toy_cond_frac_bimodal_nfe10": np.mean(truth),
-    }
-    return SPEC.module().claim(cfg, Metrics({**v, **{k: float(x) for k, x in pooled.items()}}))
+SEEDS = 3
 
 
-def test_claim_states_follow_the_block_intervals():
-    n = EVAL_BLOCKS
-    alternating = np.array([1.0, -1.0] * (n // 2))
-    truth = np.full(n, 0.75)
-    # IBMD clearly below 0.5x the one-step teacher and 1.5x the many-step teacher on every block; bimodal gap ~0.02.
-    good = _claim_of(np.full(n, 0.010) + 1e-4 * alternating, np.full(n, 0.2), np.full(n, 0.01), truth - 0.02, truth)
+def _claim_of(ed_ibmd, ed_one, ed_many, floor, frac, frac_many, truth=0.75, scale="smoke"):
+    """claim() on hand-built per-seed metrics of one conditional toy setup (smoke: NFE 10 is "many")."""
+    cfg = Config.for_scale(
+        scale, {"data.digits": False, "toy_variants": ["cond"], "n_seeds": SEEDS, "data.toy_test_blocks": SEEDS}
+    )
+    many = f"nfe{cfg.many_nfe}"
+    v = {}
+    for k in range(SEEDS):
+        per = {
+            "method/toy_cond_x1_only_fraction": 1.0,
+            "method/toy_cond_init_gap": 0.0,
+            "method/toy_cond_convergence_fake": 0.0,
+            "method/toy_cond_fake_loss": 0.1,
+            "method/toy_cond_ed": 0.0,
+            f"baseline/toy_cond_ed_{many}": 0.0,
+            "method/toy_cond_ed_plugin": ed_ibmd[k],
+            "baseline/toy_cond_ed_plugin_nfe1": ed_one[k],
+            f"baseline/toy_cond_ed_plugin_{many}": ed_many[k],
+            "oracle/toy_cond_ed_plugin": floor[k],
+            "oracle/toy_cond_frac_bimodal": truth,
+            "method/toy_cond_frac_bimodal": frac[k],
+            "baseline/toy_cond_frac_bimodal_nfe1": 0.1,
+            f"baseline/toy_cond_frac_bimodal_{many}": frac_many[k],
+            "oracle/toy_cond_truth_frac_bimodal": truth,
+        }
+        v.update({per_seed_key(name, k): float(x) for name, x in per.items()})
+    return SPEC.module().claim(cfg, Metrics(v))
+
+
+def test_claim_holds_when_the_student_matches_a_teacher_at_the_noise_floor():
+    floor = np.array([0.002, 0.0021, 0.0019])
+    # Teacher and student both at the floor (excess ~0): the bare ratio 1.5x would divide noise by noise;
+    # with one floor of slack the criterion holds.
+    good = _claim_of(
+        floor + [0.0003, 0.0001, 0.0002],
+        [0.3, 0.31, 0.29],
+        floor + 0.0001,
+        floor,
+        [0.74, 0.75, 0.76],
+        [0.75, 0.75, 0.75],
+    )
     assert good.verdict == "holds" and good.sane
-    assert good.criterion("toy_cond_ed_vs_teacher_nfe10").estimate == pytest.approx(0.010 - 1.5 * 0.01)
-    assert good.criterion("toy_cond_bimodal_gap_to_truth").estimate == pytest.approx(0.02)
-    # The excess over 1.5x the many-step teacher straddles 0 across blocks (mean ~0, spread 0.01): inconclusive.
-    straddle = _claim_of(0.015 + 0.01 * alternating, np.full(n, 0.2), np.full(n, 0.01), truth - 0.02, truth)
+    c = good.criterion("toy_cond_ed_vs_teacher_nfe10")
+    assert c.estimate == pytest.approx(np.mean([0.0003, 0.0001, 0.0002]) - 1.5 * 0.0001 - np.mean(floor))
+    assert good.criterion("toy_cond_bimodal_gap_to_teacher_nfe10").estimate == pytest.approx(0.0, abs=1e-12)
+    assert good.figures["toy_cond_noise_floor"] == pytest.approx(np.mean(floor))
+
+
+def test_claim_fails_when_the_student_keeps_the_one_step_collapse():
+    floor = np.full(SEEDS, 0.002)
+    collapsed = _claim_of(
+        [0.3, 0.31, 0.29], [0.3, 0.31, 0.29], floor + 0.0001, floor, [0.1, 0.11, 0.09], [0.75, 0.76, 0.74]
+    )
+    assert collapsed.criterion("toy_cond_bimodal_gap_to_teacher_nfe10").state == "fails"
+    assert collapsed.criterion("toy_cond_ed_vs_teacher_nfe1").state == "fails"  # excess not halved
+    assert collapsed.criterion("toy_cond_ed_vs_teacher_nfe10").state == "fails"
+    assert collapsed.verdict == "fails"
+    assert collapsed.figures["toy_cond_bimodal_truth_gap_ibmd"] == pytest.approx(0.65)
+
+
+def test_claim_is_inconclusive_when_the_seeds_straddle_the_threshold():
+    floor = np.full(SEEDS, 0.002)
+    # Student excess over 1.5x the teacher's, minus one floor, is -0.003, +0.003, 0 across seeds.
+    teacher = floor + 0.001
+    student = floor + 1.5 * 0.001 + floor + np.array([-0.003, 0.003, 0.0])
+    straddle = _claim_of(student, [0.3, 0.3, 0.3], teacher, floor, [0.75, 0.75, 0.75], [0.75, 0.75, 0.75])
     c = straddle.criterion("toy_cond_ed_vs_teacher_nfe10")
     assert c.low < 0 < c.high and c.state == "inconclusive" and straddle.verdict == "inconclusive"
-    # The student keeps the one-step mean's collapse (fraction 0.2 vs 0.75 on every block): the gap fails.
-    collapsed = _claim_of(
-        np.full(n, 0.010) + 1e-4 * alternating,
-        np.full(n, 0.2),
-        np.full(n, 0.01),
-        np.full(n, 0.2) + 0.01 * alternating,
-        truth,
-    )
-    assert collapsed.criterion("toy_cond_bimodal_gap_to_truth").state == "fails" and collapsed.verdict == "fails"
-    # A gap of ~0.1 with block noise straddles the tolerance.
-    edge = _claim_of(
-        np.full(n, 0.010) + 1e-4 * alternating,
-        np.full(n, 0.2),
-        np.full(n, 0.01),
-        truth - 0.1 + 0.05 * alternating,
-        truth,
-    )
-    assert edge.criterion("toy_cond_bimodal_gap_to_truth").state == "inconclusive"
+    edge = _claim_of(student, [0.3, 0.3, 0.3], teacher, floor, [0.75, 0.60, 0.70], [0.75, 0.75, 0.75])
+    assert edge.criterion("toy_cond_bimodal_gap_to_teacher_nfe10").state == "inconclusive"
+
+
+def test_default_scale_gates_need_a_teacher_that_recovers_the_modes():
+    floor = np.full(SEEDS, 0.002)
+    args = ([0.002] * 3, [0.3] * 3, [0.002] * 3, floor, [0.62] * 3)
+    converged = _claim_of(*args, [0.75, 0.75, 0.75], scale="default")
+    assert converged.sanity["toy_cond_teacher_nfe100_recovers_bimodality"]
+    # One seed's teacher too bimodal (0.90 vs truth 0.75): the must-pass fails although the mean is close.
+    off = _claim_of(*args, [0.66, 0.70, 0.90], scale="default")
+    assert not off.sanity["toy_cond_teacher_nfe100_recovers_bimodality"] and not off.sane
+
+
+def test_both_energy_distances_agree_with_the_separate_statistics():
+    g = torch.Generator().manual_seed(4)
+    y = torch.randn(120, 3, generator=g)
+    x = y + 0.3 * torch.randn(120, 3, generator=g)  # paired rows, as samples sharing x1 with the truth
+    unbiased, plugin = both_energy_distances(x, y, mean_pairwise_distance(y, y))
+    assert unbiased == pytest.approx(energy_distance(x, y, paired=True), rel=1e-9)
+    assert plugin == pytest.approx(plugin_energy_distance(x, y), rel=1e-9)

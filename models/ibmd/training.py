@@ -1,0 +1,202 @@
+"""The LightningModules of IBMD: the bridge-matching teacher and the inverse-bridge-matching student.
+
+Both are selected and early-stopped on a validation split (REVIEW.md rule 2):
+
+* the teacher on its bridge-matching loss at *fixed* validation steps and bridge noise (so epochs
+  compare like with like), computed with the EMA weights the student starts from;
+* the student on the energy distance between its one-step samples and the teacher's own NFE-many
+  samples on the validation x1, a score that needs no clean x0 (IBMD never sees one).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+
+from models.common.batches import Rows, random_batches
+from models.common.diffusion import BridgeSchedule
+
+from .algorithm import (
+    bimodal_fraction,
+    bridge_matching_loss,
+    convergence_condition,
+    energy_distance,
+    generator_loss,
+    teacher_sample,
+)
+from .config import DistillConfig, TeacherConfig
+from .networks import BridgeNet, OneStepGenerator
+
+TEACHER_MONITOR = "val/loss"
+STUDENT_MONITOR = "val/ed_to_teacher"
+
+
+@torch.no_grad()
+def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
+    for e, p in zip(ema.parameters(), model.parameters()):
+        e.lerp_(p, 1 - decay)
+
+
+def corrupted_only_loader(x1: torch.Tensor, cfg: DistillConfig, batches_per_epoch: int, seed: int) -> DataLoader:
+    """The distillation data: x1 only (no x0 exists in this dataset), ``bridge_loop + 1`` batches per item."""
+    return random_batches(Rows(x1), cfg.batch_size * (cfg.bridge_loop + 1), batches_per_epoch, seed)
+
+
+def fixed_validation_pairs(
+    bridge: BridgeSchedule, x0: torch.Tensor, x1: torch.Tensor, seed: int
+) -> tuple[torch.Tensor, ...]:
+    """(x0, x1, step, x_t) with the steps and bridge noise drawn once: a deterministic validation loss."""
+    g = torch.Generator().manual_seed(seed)
+    step = torch.randint(0, bridge.n_steps, (len(x0),), generator=g)
+    return x0, x1, step, bridge.q_sample(step, x0, x1, generator=g)
+
+
+class BridgeMatching(L.LightningModule):
+    """Trains the teacher by bridge matching on (x0, x1) pairs (Adam, cosine decay to 0); keeps an EMA.
+
+    With ``trace_x1`` (2-D toy), every validation also logs the EMA teacher's NFE-``trace_nfe``
+    bimodal fraction on those inputs: the sampler-level convergence trace of the teacher."""
+
+    def __init__(
+        self,
+        net: BridgeNet,
+        bridge: BridgeSchedule,
+        cfg: TeacherConfig,
+        lr: float,
+        trace_x1: torch.Tensor | None = None,
+        trace_nfe: int = 100,
+        bimodal_threshold: float = 0.5,
+    ) -> None:
+        super().__init__()
+        self.net, self.bridge, self.cfg, self.lr = net, bridge, cfg, lr
+        self.ema = copy.deepcopy(net).requires_grad_(False)
+        self.trace_x1, self.trace_nfe, self.bimodal_threshold = trace_x1, trace_nfe, bimodal_threshold
+
+    def training_step(self, batch, batch_idx):
+        x0, x1 = batch
+        step = torch.randint(0, self.bridge.n_steps, (len(x0),))  # I2SB teacher: all steps
+        loss = bridge_matching_loss(self.net, self.bridge, x0, x1, step)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=len(x0))
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        x0, x1, step, x_t = batch
+        x0_hat = self.ema.pred_x0(x_t, step, x1 if self.ema.cond else None)  # the weights the student copies
+        self.log(TEACHER_MONITOR, ((x0_hat - x0) ** 2).mean(), on_step=False, on_epoch=True, batch_size=len(x0))
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trace_x1 is not None:
+            g = torch.Generator().manual_seed(0)  # the same sampler noise at every epoch
+            x0 = teacher_sample(self.ema, self.bridge, self.trace_x1, self.trace_nfe, g)
+            self.log("val/frac_bimodal_many", bimodal_fraction(x0, self.bimodal_threshold))
+
+    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+        ema_update(self.ema, self.net, self.cfg.ema)
+
+    def configure_optimizers(self):
+        optimiser = torch.optim.Adam(self.net.parameters(), lr=self.lr)
+        # The decay to 0 lets the last weights settle (a constant lr leaves them jittering around the
+        # optimum and the EMA lagging behind it: the review's under-trained teacher at 3000 steps).
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=self.cfg.steps)
+        return [optimiser], [{"scheduler": schedule, "interval": "step"}]
+
+
+class InverseBridgeMatching(L.LightningModule):
+    """The min-max of Theorem 3.2 with manual optimisation: per item, ``bridge_loop`` fake-bridge
+    steps on the generator's coupling, then one generator step. Sees corrupted x1 only.
+
+    Validation: ``val_reference`` holds the teacher's NFE-many samples on the validation x1 (the same
+    rows in the same order), scored against the EMA student's samples at the fixed noise ``val_z``."""
+
+    def __init__(
+        self,
+        generator: OneStepGenerator,
+        fake: BridgeNet,
+        teacher: BridgeNet,
+        bridge: BridgeSchedule,
+        cfg: DistillConfig,
+        lr: float,
+        val_reference: torch.Tensor,
+        val_z: torch.Tensor,
+    ) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+        self.generator, self.fake, self.bridge, self.cfg, self.lr = generator, fake, bridge, cfg, lr
+        self.teacher = teacher.requires_grad_(False)  # frozen (an MLP: no train/eval differences)
+        self.generator_ema = copy.deepcopy(generator).requires_grad_(False)
+        self.val_reference, self.val_z = val_reference, val_z
+        self.x1_only_batches = 0  # batches that were a single tensor of x1 rows (counted, then asserted)
+        self.batches = 0
+
+    def check_x1_only(self, batch) -> torch.Tensor:
+        self.batches += 1
+        if not (torch.is_tensor(batch) and batch.dim() == 2 and batch.shape[1] == self.teacher.dim):
+            raise TypeError("IBMD distillation must receive corrupted inputs x1 only")
+        self.x1_only_batches += 1
+        return batch
+
+    def split(self, batch) -> torch.Tensor:
+        """(bridge_loop + 1) * B rows of x1 -> (bridge_loop + 1, B, d); refuses anything but x1."""
+        batch = self.check_x1_only(batch)
+        return batch.view(-1, len(batch) // (self.cfg.bridge_loop + 1), batch.shape[1])
+
+    def steps(self, n: int) -> torch.Tensor:
+        return torch.randint(0, self.bridge.n_steps - 1, (n,))  # official distillation: [0, steps - 2]
+
+    def training_step(self, batch, batch_idx):
+        chunks = self.split(batch)
+        opt_g, opt_f = self.optimizers()
+        for x1 in chunks[:-1]:
+            with torch.no_grad():
+                x0 = self.generator(x1)
+            fake_loss = bridge_matching_loss(
+                self.fake, self.bridge, x0, x1, self.steps(len(x1)), self.cfg.t_power_ten_coeff
+            )
+            opt_f.zero_grad()
+            self.manual_backward(fake_loss)
+            opt_f.step()
+        x1 = chunks[-1]
+        x0 = self.generator(x1)
+        gen_loss, fake_x0 = generator_loss(
+            self.teacher, self.fake, self.bridge, x0, x1, self.steps(len(x1)), self.cfg.t_power_ten_coeff
+        )
+        opt_g.zero_grad()
+        self.manual_backward(gen_loss)
+        opt_g.step()
+        ema_update(self.generator_ema, self.generator, self.cfg.student_ema)
+        logs = {
+            "fake_loss": fake_loss,
+            "generator_loss": gen_loss,
+            "convergence": convergence_condition(fake_x0, x0.detach()),
+        }
+        self.log_dict({f"train/{k}": v for k, v in logs.items()}, on_step=False, on_epoch=True, batch_size=len(x1))
+        # For the non-finite-loss stop: finite iff both the fake and the generator losses are.
+        return (fake_loss + gen_loss).detach()
+
+    def validation_step(self, batch, batch_idx):
+        x1 = self.check_x1_only(batch)
+        x0 = self.generator_ema(x1, self.val_z)
+        ed = energy_distance(torch.cat([x0, x1], 1), torch.cat([self.val_reference, x1], 1), paired=True)
+        g = torch.Generator().manual_seed(0)
+        step = torch.randint(0, self.bridge.n_steps - 1, (len(x1),), generator=g)
+        x_t = self.bridge.q_sample(step, x0, x1, generator=g)
+        fake_x0 = self.fake.pred_x0(x_t, step, x1 if self.fake.cond else None)
+        self.log_dict(
+            {
+                STUDENT_MONITOR: ed,
+                "val/fake_loss": ((fake_x0 - x0) ** 2).mean(),
+                "val/convergence": convergence_condition(fake_x0, x0),
+            },
+            on_step=False,
+            on_epoch=True,
+            batch_size=len(x1),
+        )
+
+    def configure_optimizers(self):
+        return (
+            torch.optim.Adam(self.generator.parameters(), lr=self.lr),
+            torch.optim.Adam(self.fake.parameters(), lr=self.lr),
+        )
