@@ -25,6 +25,7 @@ or DVC themselves.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib
 import json
@@ -97,10 +98,13 @@ class MethodConfig(StrictModel):
         if overrides and "scale" in overrides:
             raise ValueError("'scale' is not an override; choose the scale with --scale")
         values: dict[str, Any] = {"scale": scale.value}
+        # A section an override reaches into starts from its *default instance*, not from its class:
+        # a field declared as `teacher: Teacher = Teacher(width=8)` keeps width 8 when `teacher.lr` is set.
+        defaults = cls().model_dump(mode="json")
         for key, value in cls.SCALES.get(scale.value, {}).items():
-            _set_dotted(values, key, value)
+            _set_dotted(values, key, value, defaults)
         for key, value in (overrides or {}).items():
-            _set_dotted(values, key, value)
+            _set_dotted(values, key, value, defaults)
         return cls.from_mapping(values)
 
     @classmethod
@@ -123,11 +127,14 @@ class MethodConfig(StrictModel):
         return out
 
 
-def _set_dotted(target: dict[str, Any], key: str, value: Any) -> None:
+def _set_dotted(target: dict[str, Any], key: str, value: Any, defaults: Mapping[str, Any] | None = None) -> None:
     parts = key.split(".")
-    node = target
+    node, default = target, defaults
     for part in parts[:-1]:
-        node = node.setdefault(part, {})
+        default = default.get(part) if isinstance(default, Mapping) else None
+        if part not in node:
+            node[part] = copy.deepcopy(default) if isinstance(default, dict) else {}
+        node = node[part]
         if not isinstance(node, dict):
             raise ValueError(f"override key {key!r}: {part!r} is not a section")
     node[parts[-1]] = value

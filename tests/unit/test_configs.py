@@ -156,3 +156,24 @@ def test_relpath_fields_are_found():
 def test_config_paths_cannot_escape_the_project(slug, key, bad):
     with pytest.raises(ValidationError, match="relative path inside the project"):
         METHODS[slug].make_config("default", {key: bad})
+
+
+def test_an_override_keeps_the_default_instance_of_its_section():
+    """`teacher: Teacher = Teacher(width=8)`: setting `teacher.lr` must not reset width to the class's 4."""
+    from typing import ClassVar
+
+    from models.base import MethodConfig, StrictModel
+
+    class Teacher(StrictModel):
+        width: int = 4
+        lr: float = 1e-3
+
+    class Toy(MethodConfig):
+        SCALES: ClassVar[dict] = {"smoke": {"teacher.lr": 0.5}, "paper": {}}
+        teacher: Teacher = Teacher(width=8)
+        student: Teacher = Teacher(width=2)
+
+    smoke = Toy.for_scale("smoke", {"student.lr": 0.25})
+    assert (smoke.teacher.width, smoke.teacher.lr) == (8, 0.5)
+    assert (smoke.student.width, smoke.student.lr) == (2, 0.25)
+    assert Toy.for_scale("default") == Toy()
