@@ -9,10 +9,9 @@ SPEC = MethodSpec(
     title="Preference Learning Made Easy: Everything Should Be Understood Through Win Rate",
     paper="ICML 2025, arXiv 2502.10505 (OpenReview OxxbqZBJxx)",
     claim=(
-        "Win-rate-optimising objectives (RLHF, NLHF, direct h-WRO) track the exact win rate vs the anchor "
-        "(mean Spearman rho across checkpoints >= 0.9, DPO's held-out loss weaker), and the fraction of each "
-        "objective's optimum reached ranks final win rates better than the win rate at the optimum; tabular "
-        "closed forms (SFT 0.592, WRO 0.819, DPO -> beta-optimum +-0.02) hold"
+        "WRO objectives track their win rate under their own preference model (MC, held-out samples; mean rho "
+        ">= 0.9) better than DPO's held-out loss tracks its own; within the RLHF and DPO families the fraction of "
+        "the optimum reached ranks final win rates better than the optimum's win rate (synthetic, ~1e9 responses)"
     ),
     config=Config,
     impl="models.win_rate.pipeline",

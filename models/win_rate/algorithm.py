@@ -9,7 +9,8 @@ w(y) = sum_y' q(y') P[y, y'] (the win rate of the fixed response y against q).
     WRO optimum    = argmax_y w       ->  WR = max_y w
     h-WRO value    v_h(y) = sum_y' q(y') h(P[y, y'])            (h = identity, log, logit)
 
-Everything is float64 numpy/torch over the last axis (responses); leading axes are prompts.
+The tabular part is float64 numpy/torch over the last axis (responses). The sequence task's responses
+are too many to enumerate; its chains and optima are computed by dynamic programming over positions.
 """
 
 from __future__ import annotations
@@ -59,20 +60,6 @@ def h_values(P: np.ndarray, q: np.ndarray, h: str) -> np.ndarray:
     """v_h(y) = E_{y'~q} h(P[y, y']): the per-response value of the h-win-rate objective."""
     P = np.clip(P, 1e-12, 1 - 1e-12)
     return np.einsum("...ij,...j->...i", H_FUNCTIONS[h](P), q)
-
-
-def bt_values_grouped(r: np.ndarray, q: np.ndarray, h: str) -> np.ndarray:
-    """v_h for BT preferences without the |Y| x |Y| matrix: group the anchor mass by reward value.
-
-    ``r``, ``q``: (..., n). The oracle rewards take few distinct values, so this is exact and cheap.
-    """
-    out = np.empty_like(r, dtype=np.float64)
-    for idx in np.ndindex(r.shape[:-1]):
-        values, inverse = np.unique(np.round(r[idx], 12), return_inverse=True)
-        mass = np.bincount(inverse, weights=q[idx], minlength=len(values))
-        P = np.clip(sigmoid(values[:, None] - values[None, :]), 1e-12, 1 - 1e-12)
-        out[idx] = (H_FUNCTIONS[h](P) @ mass)[inverse]
-    return out
 
 
 def nontransitive_matrix(r: np.ndarray, strength: float) -> np.ndarray:
@@ -197,30 +184,64 @@ def tabular_study(
     return out
 
 
-# ----------------------------------------------------------------------------- sequence-level objectives
+# ----------------------------------------------------------------------------- Markov chains (the sequence task)
+#
+# A chain is a (..., L, V_prev, V) table of log p(y_t | y_{t-1}) (t = 0 reads the dummy previous slot 0); a
+# reward additive over positions is a table of the same shape. Responses number V ** L, so nothing here
+# enumerates them: dynamic programming over positions gives the optima exactly.
 
 
-def nash_gap_value(pi: np.ndarray, r: np.ndarray) -> np.ndarray:
-    """NLHF's objective as a number: the win rate of pi against its best response under BT,
-    min_pi' P(pi > pi') = sum_y pi(y) sigma(r(y) - max r). It is 1/2 exactly at the Nash policy."""
-    return np.sum(pi * sigmoid(r - r.max(-1, keepdims=True)), -1)
+def tilted_chain(log_q: np.ndarray, phi: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
+    """The KL-regularised optimum pi*(y) = q(y) e^{r(y)/beta} / Z for r(y) = sum_t phi[t, y_{t-1}, y_t].
+
+    Backward recursion: M_t[a, b] = log q_t[a, b] + phi_t[a, b] / beta + V_{t+1}(b), V_t(a) = logsumexp_b M_t[a, b];
+    pi*_t[a, b] = M_t[a, b] - V_t(a). Returns (log pi* table, log Z) with log Z = V_0(0)."""
+    from scipy.special import logsumexp
+
+    L = log_q.shape[-3]
+    table = np.empty_like(log_q, dtype=np.float64)
+    value = np.zeros(log_q.shape[:-3] + (log_q.shape[-1],))
+    for t in range(L - 1, -1, -1):
+        M = log_q[..., t, :, :] + phi[..., t, :, :] / beta + value[..., None, :]
+        value = logsumexp(M, axis=-1)
+        table[..., t, :, :] = M - value[..., :, None]
+    return table, value[..., 0]
 
 
-def kl_objective(pi: np.ndarray, q: np.ndarray, r: np.ndarray, beta: float) -> np.ndarray:
-    """E_pi[r] - beta KL(pi || q) (RLHF); its maximum is beta log E_q e^{r/beta}."""
-    safe = np.where(pi > 0, pi, 1.0)
-    return np.sum(pi * r, -1) - beta * np.sum(np.where(pi > 0, pi * (np.log(safe) - np.log(q)), 0.0), -1)
+def kl_optimum_value(log_q: np.ndarray, phi: np.ndarray, beta: float) -> np.ndarray:
+    """max_pi E_pi[r] - beta KL(pi || q) = beta log E_q e^{r/beta} (RLHF's objective at its optimum)."""
+    return beta * tilted_chain(log_q, phi, beta)[1]
 
 
-def kl_objective_max(q: np.ndarray, r: np.ndarray, beta: float) -> np.ndarray:
-    z = r / beta + np.log(q)
-    m = z.max(-1, keepdims=True)
-    return beta * (m[..., 0] + np.log(np.exp(z - m).sum(-1)))
+def best_response(phi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """argmax_y sum_t phi[t, y_{t-1}, y_t] by Viterbi, per leading index: (responses (..., L), max reward (...))."""
+    L, V = phi.shape[-3], phi.shape[-1]
+    lead = phi.shape[:-3]
+    value = np.zeros(lead + (V,))
+    choice = np.zeros(lead + (L, V), dtype=np.int64)
+    for t in range(L - 1, -1, -1):
+        M = phi[..., t, :, :] + value[..., None, :]
+        choice[..., t, :] = M.argmax(-1)
+        value = M.max(-1)
+    y = np.zeros(lead + (L,), dtype=np.int64)
+    prev = np.zeros(lead, dtype=np.int64)
+    for t in range(L):
+        prev = np.take_along_axis(choice[..., t, :], prev[..., None], -1)[..., 0]
+        y[..., t] = prev
+    return y, value[..., 0]
 
 
-def cross_entropy_objective(target: np.ndarray, pi: np.ndarray) -> np.ndarray:
-    """SFT's population objective: E_{y ~ target}[log pi(y)] (maximised at pi = target)."""
-    return np.sum(target * np.log(np.clip(pi, 1e-300, None)), -1)
+def chain_expectation(log_q: np.ndarray, phi: np.ndarray) -> np.ndarray:
+    """E_{y ~ q}[sum_t phi[t, y_{t-1}, y_t]] exactly, by forward marginals of the chain."""
+    V = log_q.shape[-1]
+    marginal = np.zeros(log_q.shape[:-3] + (V,))
+    marginal[..., 0] = 1.0  # the dummy previous symbol at t = 0
+    total = np.zeros(log_q.shape[:-3])
+    for t in range(log_q.shape[-3]):
+        joint = marginal[..., :, None] * np.exp(log_q[..., t, :, :])
+        total = total + np.sum(joint * phi[..., t, :, :], axis=(-2, -1))
+        marginal = joint.sum(-2)
+    return total
 
 
 def fraction_of_optimum(value: float, start: float, optimum: float) -> float:

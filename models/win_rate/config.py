@@ -12,54 +12,39 @@ from pydantic import Field, model_validator
 from models.base import MethodConfig, RelPath, StrictModel
 
 KLCoefficient = Annotated[float, Field(gt=0, le=100)]
-
-
-class LMSize(StrictModel):
-    """The tiny GPT-2 policy (the anchor q, the reference and every trained policy)."""
-
-    n_embd: int = Field(32, ge=4, le=1024)
-    n_layer: int = Field(2, ge=1, le=24)
-    n_head: int = Field(4, ge=1, le=32)
-
-    @model_validator(mode="after")
-    def _divisible(self) -> LMSize:
-        if self.n_embd % self.n_head:
-            raise ValueError("n_embd must be divisible by n_head")
-        return self
+LearningRate = Annotated[float, Field(gt=0, le=10)]
+Ridge = Annotated[float, Field(ge=0, le=100)]
+ENUMERABLE = 50_000  # below this many responses per prompt a space could be enumerated; the study stays above
 
 
 class DataConfig(StrictModel):
-    """Everything ``prepare`` writes: the synthetic language, the anchor LM pretrained on it,
-    the oracle reward table and the preference pairs (the DVC prepare stage depends on this only)."""
+    """Everything ``prepare`` writes: the anchor language, the oracle reward and the preference pairs
+    (the DVC prepare stage depends on this section and the seed only)."""
 
     n_prompts: int = Field(4, ge=1, le=64)
     n_symbols: int = Field(8, ge=2, le=26)
-    response_length: int = Field(4, ge=1, le=6)  # n_symbols ** length responses per prompt are enumerated
-    # The hidden "language": per prompt a first-order Markov chain with Dirichlet(concentration) rows.
+    # n_symbols ** response_length responses per prompt: 8 ** 10 ~ 1e9 at the default, never enumerated.
+    response_length: int = Field(10, ge=2, le=64)
+    # The anchor q: per prompt a first-order Markov chain with Dirichlet(concentration) rows.
     concentration: float = Field(0.5, gt=0, le=100)
-    corpus_size: int = Field(8000, ge=16, le=500_000)
-    # Oracle reward r(x, y) = liked_weight sqrt(#liked symbols) + bigram_bonus [liked bigram in y]
-    #                         - run_penalty (longest run - 1)   (pattern counts, diminishing returns)
-    liked_weight: float = Field(1.5, ge=0, le=10)
-    bigram_bonus: float = Field(1.0, ge=0, le=10)
-    run_penalty: float = Field(0.5, ge=0, le=10)
+    # Oracle reward, additive over positions: liked_weight [y_t liked] + bigram_bonus [(y_t-1, y_t) liked]
+    #                                         - run_penalty [y_t = y_t-1]
+    liked_weight: float = Field(0.4, ge=0, le=10)
+    bigram_bonus: float = Field(0.6, ge=0, le=10)
+    run_penalty: float = Field(0.4, ge=0, le=10)
     train_pairs: int = Field(2000, ge=8, le=100_000)
-    heldout_pairs: int = Field(500, ge=8, le=20_000)
-    # Anchor pretraining (MLE on the corpus); the checkpoint is part of the versioned dataset.
-    lm: LMSize = LMSize()
-    pretrain_epochs: int = Field(6, ge=1, le=100)
-    pretrain_batch: int = Field(128, ge=1, le=10_000)
-    pretrain_lr: float = Field(3e-3, gt=0, le=1)
-    # User-supplied replacements, relative to the project's data/ folder ("" = synthesise):
-    # a Hugging Face GPT-2 folder (config.json + model.safetensors/pytorch_model.bin + vocab.json)
-    # to use as the anchor, and pairwise records in JSONL ({"prompt", "chosen", "rejected"} or HH-RLHF style).
-    anchor_lm: RelPath = ""
+    heldout_pairs: int = Field(500, ge=8, le=20_000)  # the validation split of every arm
+    # A user-supplied JSONL of pairwise records ({"prompt", "chosen", "rejected"} or HH-RLHF transcripts),
+    # relative to data/, replacing the generated training pairs ("" = generate).
     pairs_jsonl: RelPath = ""
 
     @model_validator(mode="after")
-    def _enumerable(self) -> DataConfig:
-        if self.n_symbols**self.response_length > 50_000:
-            raise ValueError("n_symbols ** response_length must stay <= 50000 (responses are enumerated exactly)")
+    def _not_enumerable(self) -> DataConfig:
+        if self.n_symbols**self.response_length <= ENUMERABLE:
+            raise ValueError(
+                f"n_symbols ** response_length = {self.n_symbols**self.response_length}: the study needs a response "
+                f"space too large to enumerate (> {ENUMERABLE}); raise response_length or n_symbols"
+            )
         return self
 
 
@@ -77,10 +62,10 @@ class TabularConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> TabularConfig:
-        if not self.betas or min(self.betas) <= 0:
-            raise ValueError("betas must be positive")
+        if not self.betas:
+            raise ValueError("tabular.betas must not be empty")
         if self.reward_high <= self.reward_low:
-            raise ValueError("reward_high must exceed reward_low")
+            raise ValueError(f"reward_high {self.reward_high} must exceed reward_low {self.reward_low}")
         return self
 
 
@@ -88,62 +73,61 @@ class Config(MethodConfig):
     SCALES: ClassVar[dict[str, dict]] = {
         "smoke": {
             "data.n_prompts": 2,
-            "data.response_length": 3,
-            "data.corpus_size": 400,
-            "data.train_pairs": 200,
-            "data.heldout_pairs": 50,
-            "data.lm.n_embd": 16,
-            "data.lm.n_layer": 1,
-            "data.lm.n_head": 2,
-            "data.pretrain_epochs": 1,
+            "data.response_length": 6,
+            "data.train_pairs": 300,
+            "data.heldout_pairs": 100,
             "tabular.n_pairs": 2000,
             "tabular.steps": 300,
-            "steps": 10,
-            "checkpoints": 2,
-            "reward_epochs": 1,
+            "steps": 20,
+            "checkpoints": 4,
             "n_seeds": 1,
+            "lr_grid": (0.1,),
+            "betas": (0.1, 1.0),
+            "eval_samples": 32,
+            "test_samples": 200,
+            "reference_samples": 2000,
         },
         "paper": {
-            # The paper: Pythia-2.8B on HH-RLHF / OASST with a trained oracle judge (weights and data
-            # can be supplied through data.anchor_lm / data.pairs_jsonl). Without them: a bigger policy,
-            # longer responses, 10k pairs, the brief's 300 steps and 3 seeds.
+            # The paper: Pythia-2.8B on HH-RLHF / OASST with a trained oracle judge; neither is available
+            # offline. The same synthetic study, longer responses, more pairs and steps.
             "data.n_prompts": 16,
-            "data.response_length": 5,
-            "data.corpus_size": 50000,
+            "data.response_length": 16,
             "data.train_pairs": 10000,
             "data.heldout_pairs": 2000,
-            "data.lm.n_embd": 128,
-            "data.lm.n_layer": 4,
-            "data.pretrain_epochs": 10,
             "steps": 1000,
-            "n_seeds": 3,
+            "checkpoints": 20,
+            "n_seeds": 5,
             "group_size": 8,
+            "test_samples": 4000,
         },
     }
 
     data: DataConfig = DataConfig()
     tabular: TabularConfig = TabularConfig()
 
-    # Sequence-level experiment (B): every variant gets the same steps, batch and seeds.
-    steps: int = Field(300, ge=2, le=10_000)  # the brief: 3 seeds x 300 steps
-    checkpoints: int = Field(10, ge=1, le=100)  # exact win-rate evaluations during training (plus the start)
-    n_seeds: int = Field(3, ge=1, le=16)
-    batch_prompts: int = Field(16, ge=1, le=10_000)  # on-policy variants: prompts per step (x group_size samples)
-    group_size: int = Field(4, ge=2, le=100)  # RLOO samples per prompt
-    batch_pairs: int = Field(64, ge=1, le=10_000)  # offline variants (SFT, DPO): pairs per step
-    lr: float = Field(1e-3, gt=0, le=1)
-    dpo_betas: tuple[KLCoefficient, ...] = (0.1, 0.5)
-    kl_beta: float = Field(
-        0.1, gt=0, le=100
-    )  # RLHF's KL coefficient (= the first DPO beta: same optimum under the oracle reward)
-    # The learned Bradley-Terry reward model that RLHF uses (trained on the same pairs as DPO).
-    reward_epochs: int = Field(8, ge=1, le=100)
-    reward_lr: float = Field(1e-3, gt=0, le=1)
+    # One budget for every arm: the same optimiser steps, samples or pairs per step, lr grid, patience, seeds.
+    steps: int = Field(300, ge=2, le=20_000)
+    checkpoints: int = Field(10, ge=2, le=200)  # Monte-Carlo evaluations during training (plus the start)
+    patience: int = Field(3, ge=1, le=200)  # checkpoints without a validation improvement before a run stops
+    n_seeds: int = Field(5, ge=1, le=16)
+    batch_prompts: int = Field(16, ge=1, le=4096)  # on-policy arms: prompts per step (x group_size samples)
+    group_size: int = Field(4, ge=2, le=64)  # RLOO samples per prompt
+    batch_pairs: int = Field(64, ge=1, le=4096)  # offline arms (SFT, DPO): pairs per step
+    lr_grid: tuple[LearningRate, ...] = (0.03, 0.1, 0.3)  # Adam on the policy logits, chosen per arm and seed
+    # The KL coefficient of the two families whose solution depends on it: RLHF (learned judge) and DPO.
+    betas: tuple[KLCoefficient, ...] = (0.1, 0.3, 1.0)
+    judge_ridge_grid: tuple[Ridge, ...] = (1e-4, 1e-3, 1e-2)  # the learned judge's L2 weight, chosen on validation
+    # Monte-Carlo sizes: samples per prompt at each checkpoint (objective and win rate drawn independently),
+    # at the final test, and for each objective's start/optimum reference values.
+    eval_samples: int = Field(128, ge=4, le=100_000)
+    test_samples: int = Field(1000, ge=4, le=1_000_000)
+    reference_samples: int = Field(20000, ge=100, le=10_000_000)
 
     @model_validator(mode="after")
     def _check(self) -> Config:
-        if not self.dpo_betas or min(self.dpo_betas) <= 0:
-            raise ValueError("dpo_betas must be positive")
+        for name in ("lr_grid", "betas", "judge_ridge_grid"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must not be empty")
         if self.checkpoints > self.steps:
-            raise ValueError("checkpoints must not exceed steps")
+            raise ValueError(f"checkpoints {self.checkpoints} must not exceed steps {self.steps}")
         return self

@@ -1,80 +1,41 @@
-"""The sequence task: a synthetic language, its anchor LM, an oracle reward, preference pairs.
+"""The sequence task: an anchor language, an oracle reward, preference pairs (all synthetic, from the seed).
 
-Prompts are single tokens ``<x0> .. <x{K-1}>``; responses are exactly ``L`` symbols from
-``a, b, c, ...``. With ``V ** L`` responses per prompt (4096 at the default) every distribution
-is enumerated exactly, so win rates and objectives are computed, not estimated.
+Prompts are ``x in {0..K-1}``; responses ``y`` are ``L`` symbols of ``V`` (``V ** L`` ~ 1e9 per prompt at
+the default: too many to enumerate, so every win rate below is a Monte-Carlo estimate). The anchor
+q(y | x) is a first-order Markov chain per prompt. The oracle reward is additive over positions,
+``r(x, y) = sum_t phi[x, t, y_{t-1}, y_t]`` (at t = 0 the "previous symbol" slot 0 is a dummy), so its
+KL-regularised optima are Markov chains too (``algorithm.tilted_chain``). Preference labels are
+Bradley-Terry: ``p(y > y' | x) = sigma(r(x, y) - r(x, y'))``.
+
+Tables use one layout everywhere: ``(K, L, V_prev, V)``; a chain's log-probabilities ``log p(y_t | x, y_{t-1})``
+and a reward's per-step terms share it.
 """
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
-from models.common.tiny_lm import TinyLM, Tokenizer, generate
+from models.common.arrays import save_npz  # noqa: F401 (re-exported for the pipeline and tests)
 
 from .config import DataConfig
 
 
-def make_tokenizer(cfg: DataConfig) -> Tokenizer:
-    symbols = [chr(ord("a") + i) for i in range(cfg.n_symbols)]
-    prompts = [f"<x{k}>" for k in range(cfg.n_prompts)]
-    return Tokenizer.build(symbols + prompts)
+def symbols(n_symbols: int) -> str:
+    return "".join(chr(ord("a") + i) for i in range(n_symbols))
 
 
-def symbol_ids(tok: Tokenizer, n_symbols: int) -> list[int]:
-    return [tok.id(chr(ord("a") + i)) for i in range(n_symbols)]
-
-
-def prompt_ids(tok: Tokenizer, n_prompts: int) -> list[int]:
-    return [tok.id(f"<x{k}>") for k in range(n_prompts)]
-
-
-def all_responses(n_symbols: int, length: int) -> np.ndarray:
-    """Every response as symbol indices, (V**L, L), in lexicographic order (index = base-V number)."""
-    grid = np.indices((n_symbols,) * length).reshape(length, -1).T
-    return np.ascontiguousarray(grid, dtype=np.int64)
-
-
-def response_index(responses: np.ndarray, n_symbols: int) -> np.ndarray:
-    """Inverse of ``all_responses``: (..., L) symbol indices -> position in the enumeration."""
-    powers = n_symbols ** np.arange(responses.shape[-1] - 1, -1, -1)
-    return (np.asarray(responses) * powers).sum(-1)
-
-
-# ----------------------------------------------------------------------------- hidden language and oracle
-
-
-def hidden_language(cfg: DataConfig, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Per prompt, an initial distribution (K, V) and a transition matrix (K, V, V) with Dirichlet rows."""
+def anchor_table(cfg: DataConfig, rng: np.random.Generator) -> np.ndarray:
+    """log q(y_t | x, y_{t-1}) as a (K, L, V, V) table: Dirichlet start and transition rows per prompt."""
     alpha = np.full(cfg.n_symbols, cfg.concentration)
-    start = rng.dirichlet(alpha, size=cfg.n_prompts)
-    trans = rng.dirichlet(alpha, size=(cfg.n_prompts, cfg.n_symbols))
-    return start, trans
-
-
-def categorical(probs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One draw per row of ``probs`` (n, m), by inverting the row's CDF."""
-    cdf = np.cumsum(probs, axis=1)
-    u = rng.random(len(probs)) * cdf[:, -1]
-    return np.minimum((cdf < u[:, None]).sum(1), probs.shape[1] - 1)
-
-
-def sample_corpus(
-    start: np.ndarray, trans: np.ndarray, n: int, length: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """``n`` (prompt, sentence) draws from the hidden language."""
-    K = start.shape[0]
-    prompts = rng.integers(0, K, size=n)
-    seqs = np.zeros((n, length), dtype=np.int64)
-    seqs[:, 0] = categorical(start[prompts], rng)
-    for t in range(1, length):
-        seqs[:, t] = categorical(trans[prompts, seqs[:, t - 1]], rng)
-    return prompts, seqs
+    start = rng.dirichlet(alpha, size=cfg.n_prompts)  # (K, V)
+    trans = rng.dirichlet(alpha, size=(cfg.n_prompts, cfg.n_symbols))  # (K, V, V)
+    table = np.repeat(np.log(trans)[:, None], cfg.response_length, axis=1)
+    table[:, 0] = np.log(start)[:, None, :]  # t = 0 ignores the dummy previous symbol
+    return table
 
 
 def oracle_preferences(cfg: DataConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -84,136 +45,106 @@ def oracle_preferences(cfg: DataConfig, rng: np.random.Generator) -> dict[str, n
     return {"liked": liked, "bigram": bigram}
 
 
-def oracle_reward(cfg: DataConfig, prefs: dict[str, np.ndarray], responses: np.ndarray) -> np.ndarray:
-    """r(x, y) for every prompt and response, (K, n): pattern counts with diminishing returns.
-
-    ``liked_weight sqrt(#liked symbols) + bigram_bonus [liked bigram occurs] - run_penalty (longest run - 1)``
-    """
-    K, L = cfg.n_prompts, responses.shape[1]
-    rewards = np.zeros((K, len(responses)))
-    runs = np.ones(len(responses))
-    current = np.ones(len(responses))
-    for t in range(1, L):
-        current = np.where(responses[:, t] == responses[:, t - 1], current + 1, 1)
-        runs = np.maximum(runs, current)
+def reward_table(cfg: DataConfig, prefs: dict[str, np.ndarray]) -> np.ndarray:
+    """phi[x, t, prev, v]: liked_weight [v liked] + (t >= 1)(bigram_bonus [(prev, v) liked] - run_penalty [prev = v])."""
+    K, L, V = cfg.n_prompts, cfg.response_length, cfg.n_symbols
+    unigram = np.zeros((K, V))
+    pair = np.zeros((K, V, V)) - cfg.run_penalty * np.eye(V)
     for k in range(K):
-        n_liked = np.isin(responses, prefs["liked"][k]).sum(1)
+        unigram[k, prefs["liked"][k]] = cfg.liked_weight
         a, b = prefs["bigram"][k]
-        has_bigram = (
-            ((responses[:, :-1] == a) & (responses[:, 1:] == b)).any(1) if L > 1 else np.zeros(len(responses), bool)
-        )
-        rewards[k] = cfg.liked_weight * np.sqrt(n_liked) + cfg.bigram_bonus * has_bigram - cfg.run_penalty * (runs - 1)
-    return rewards
+        pair[k, a, b] += cfg.bigram_bonus
+    table = unigram[:, None, None, :] + np.repeat(pair[:, None], L, axis=1)
+    table[:, 0] = unigram[:, None, :]
+    return table
 
 
-# ----------------------------------------------------------------------------- exact policy distributions
+# ----------------------------------------------------------------------------- scoring and sampling
 
 
-def exact_logprobs(model: TinyLM, tok: Tokenizer, cfg: DataConfig, batch: int = 4096) -> torch.Tensor:
-    """log pi(y | x) for every prompt and response, (K, V**L), restricted to the symbol tokens.
-
-    One forward pass over the ``V**(L-1)`` longest prefixes per prompt gives the next-symbol
-    distribution after every prefix (causal attention), so the cost is 1/V of scoring every response.
-    Gradients flow when called with grad enabled.
-    """
-    V, L, K = cfg.n_symbols, cfg.response_length, cfg.n_prompts
-    sym = torch.as_tensor(symbol_ids(tok, V))
-    prefixes = torch.as_tensor(all_responses(V, L - 1)) if L > 1 else torch.zeros((1, 0), dtype=torch.long)
-    responses = torch.as_tensor(all_responses(V, L))
-    prefix_of = (
-        responses[:, :-1] @ (V ** torch.arange(L - 2, -1, -1))
-        if L > 1
-        else torch.zeros(len(responses), dtype=torch.long)
-    )
-    out = []
-    for _k, pid in enumerate(prompt_ids(tok, K)):
-        ids = torch.cat([torch.full((len(prefixes), 1), pid), sym[prefixes]], 1)
-        logp = torch.cat(
-            [torch.log_softmax(model(ids[i : i + batch])[..., sym], -1) for i in range(0, len(ids), batch)]
-        )
-        # logp[prefix, t, v] = log p(y_{t+1} = v | x, prefix[:t]); pick each response's own path.
-        steps = logp[prefix_of[:, None], torch.arange(L)[None, :], responses]
-        out.append(steps.sum(1))
-    return torch.stack(out)
+def previous_symbols(responses: torch.Tensor) -> torch.Tensor:
+    """(..., L) responses -> (..., L) previous symbols (the dummy slot 0 at t = 0)."""
+    return torch.cat([torch.zeros_like(responses[..., :1]), responses[..., :-1]], -1)
 
 
-def sample_responses(
-    model: TinyLM, tok: Tokenizer, cfg: DataConfig, prompts: torch.Tensor, generator: torch.Generator
+def score(table: torch.Tensor, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """sum_t table[x, t, y_{t-1}, y_t] for (n,) prompts and (n, L) responses; ``table`` is (K, L, V, V)."""
+    L = responses.shape[-1]
+    steps = torch.arange(L).expand_as(responses)
+    return table[prompts[:, None], steps, previous_symbols(responses), responses].sum(-1)
+
+
+def score_rows(table: torch.Tensor, rows: torch.Tensor, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
+    """As ``score`` with one (K, L, V, V) table per row of a (R, K, L, V, V) stack: row ``rows[i]`` scores item i."""
+    L = responses.shape[-1]
+    steps = torch.arange(L).expand_as(responses)
+    return table[rows[:, None], prompts[:, None], steps, previous_symbols(responses), responses].sum(-1)
+
+
+def sample_chain(
+    log_table: torch.Tensor, rows: torch.Tensor, prompts: torch.Tensor, generator: torch.Generator
 ) -> torch.Tensor:
-    """Sample y ~ pi(. | x) for a batch of prompt indices: (n, L) symbol indices."""
-    sym = symbol_ids(tok, cfg.n_symbols)
-    ids = torch.as_tensor(prompt_ids(tok, cfg.n_prompts))[prompts][:, None]
-    gen = generate(model, ids, cfg.response_length, sample=True, generator=generator, allowed_ids=sym)
-    lookup = torch.full((len(tok),), -1, dtype=torch.long)
-    lookup[torch.as_tensor(sym)] = torch.arange(len(sym))
-    return lookup[gen.tokens]
-
-
-def token_ids(tok: Tokenizer, cfg: DataConfig, prompts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
-    """(n,) prompt indices and (n, L) symbol indices -> (n, 1 + L) token ids."""
-    sym = torch.as_tensor(symbol_ids(tok, cfg.n_symbols))
-    pid = torch.as_tensor(prompt_ids(tok, cfg.n_prompts))
-    return torch.cat([pid[prompts][:, None], sym[responses]], 1)
+    """One response per item from the chain of row ``rows[i]`` of a (R, K, L, V, V) log-probability stack."""
+    n, L = len(prompts), log_table.shape[2]
+    out = torch.zeros((n, L), dtype=torch.long)
+    prev = torch.zeros(n, dtype=torch.long)
+    for t in range(L):
+        probs = log_table[rows, prompts, t, prev].exp()
+        prev = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        out[:, t] = prev
+    return out
 
 
 # ----------------------------------------------------------------------------- preference pairs
 
 
-def sample_pairs(
-    log_q: np.ndarray, rewards: np.ndarray, n: int, rng: np.random.Generator, responses: np.ndarray
-) -> dict[str, np.ndarray]:
+def sample_pairs(log_q: np.ndarray, reward: np.ndarray, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """x uniform, y, y' ~ q(. | x) i.i.d., label ~ Bernoulli(sigma(r(y) - r(y'))): (prompt, chosen, rejected)."""
-    K = log_q.shape[0]
-    q = np.exp(log_q - log_q.max(1, keepdims=True))
-    q /= q.sum(1, keepdims=True)
-    prompts = rng.integers(0, K, size=n)
-    cdf = np.cumsum(q, 1)
-    first = np.minimum([np.searchsorted(cdf[k], u) for k, u in zip(prompts, rng.random(n))], q.shape[1] - 1)
-    second = np.minimum([np.searchsorted(cdf[k], u) for k, u in zip(prompts, rng.random(n))], q.shape[1] - 1)
-    p_first = 1.0 / (1.0 + np.exp(-(rewards[prompts, first] - rewards[prompts, second])))
-    first_wins = rng.random(n) < p_first
-    chosen = np.where(first_wins, first, second)
-    rejected = np.where(first_wins, second, first)
-    return {"prompt": prompts, "chosen": responses[chosen], "rejected": responses[rejected]}
+    K, L = log_q.shape[:2]
+    generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
+    table = torch.as_tensor(log_q)[None]
+    prompts = torch.as_tensor(rng.integers(0, K, size=n))
+    rows = torch.zeros(n, dtype=torch.long)
+    first, second = (sample_chain(table, rows, prompts, generator) for _ in range(2))
+    r = torch.as_tensor(reward)
+    p_first = torch.sigmoid(score(r, prompts, first) - score(r, prompts, second)).numpy()
+    first_wins = torch.as_tensor(rng.random(n) < p_first)[:, None]
+    chosen = torch.where(first_wins, first, second)
+    rejected = torch.where(first_wins, second, first)
+    return {"prompt": prompts.numpy(), "chosen": chosen.numpy(), "rejected": rejected.numpy()}
 
 
-def load_pairs_jsonl(path: Path, tok: Tokenizer, cfg: DataConfig) -> dict[str, np.ndarray]:
+def load_pairs_jsonl(path: Path, cfg: DataConfig) -> dict[str, np.ndarray]:
     """Pairwise preference records in JSONL: ``{"prompt", "chosen", "rejected"}``, or HH-RLHF style
-    ``{"chosen": transcript, "rejected": transcript}`` whose shared prefix is the prompt.
+    ``{"chosen": transcript, "rejected": transcript}`` whose shared dialogue up to the last
+    ``Assistant:`` is the prompt (its last human turn is kept).
 
-    Texts are tokenised with the anchor's tokeniser; the prompt must be one prompt token and each
-    response exactly ``response_length`` symbols (the synthetic task's shape).
+    Only the synthetic task's shape is accepted: the prompt ``<xk>`` and responses of exactly
+    ``response_length`` symbols from ``a, b, ...`` (whitespace ignored).
     """
+    alphabet = {c: i for i, c in enumerate(symbols(cfg.n_symbols))}
+    prompt_ids = {f"<x{k}>": k for k in range(cfg.n_prompts)}
     prompts, chosen, rejected = [], [], []
-    sym = {t: i for i, t in enumerate(chr(ord("a") + i) for i in range(cfg.n_symbols))}
-    pid = {f"<x{k}>": k for k in range(cfg.n_prompts)}
     for line_no, line in enumerate(Path(path).read_text().splitlines(), 1):
         if not line.strip():
             continue
-        rec = json.loads(line)
-        if "prompt" in rec:
-            prompt, good, bad = rec["prompt"], rec["chosen"], rec["rejected"]
-        else:  # HH-RLHF: full transcripts sharing the dialogue up to the last "Assistant:"
-            a, b = rec["chosen"], rec["rejected"]
-            n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            cut = a.rfind("Assistant:", 0, n + 1)
-            if cut >= 0:  # the prompt is the last human turn; the responses follow "Assistant:"
-                human = a.rfind("Human:", 0, cut)
-                prompt = a[human + len("Human:") if human >= 0 else 0 : cut]
-                n = cut + len("Assistant:")
-            else:
-                prompt = a[:n]
-            good, bad = a[n:], b[n:]
+        record = json.loads(line)
+        if "prompt" in record:
+            prompt, good, bad = record["prompt"], record["chosen"], record["rejected"]
+        else:
+            prompt, good, bad = split_transcripts(record["chosen"], record["rejected"])
         prompt = prompt.strip()
-        if prompt not in pid:
-            raise ValueError(f"{path}:{line_no}: prompt {prompt!r} is not one of {sorted(pid)}")
+        if prompt not in prompt_ids:
+            raise ValueError(f"{path}:{line_no}: prompt {prompt!r} is not one of {sorted(prompt_ids)}")
         pair = []
-        for text in (good.strip(), bad.strip()):
-            pieces = [tok.tokens[i] for i in tok.encode(text)]
-            if len(pieces) != cfg.response_length or any(p not in sym for p in pieces):
-                raise ValueError(f"{path}:{line_no}: response {text!r} is not {cfg.response_length} symbols")
-            pair.append([sym[p] for p in pieces])
-        prompts.append(pid[prompt])
+        for text in (good, bad):
+            letters = "".join(text.split())
+            if len(letters) != cfg.response_length or any(c not in alphabet for c in letters):
+                raise ValueError(
+                    f"{path}:{line_no}: response {text!r} is not {cfg.response_length} symbols of {symbols(cfg.n_symbols)!r}"
+                )
+            pair.append([alphabet[c] for c in letters])
+        prompts.append(prompt_ids[prompt])
         chosen.append(pair[0])
         rejected.append(pair[1])
     if not prompts:
@@ -221,22 +152,12 @@ def load_pairs_jsonl(path: Path, tok: Tokenizer, cfg: DataConfig) -> dict[str, n
     return {"prompt": np.array(prompts), "chosen": np.array(chosen), "rejected": np.array(rejected)}
 
 
-def bt_loglik_optimum(rewards: np.ndarray, pairs: dict[str, np.ndarray], n_symbols: int) -> float:
-    """Mean -log sigma(r(y_w) - r(y_l)): the DPO loss of the population optimum on these pairs."""
-    k = pairs["prompt"]
-    margin = (
-        rewards[k, response_index(pairs["chosen"], n_symbols)]
-        - rewards[k, response_index(pairs["rejected"], n_symbols)]
-    )
-    return float(np.mean(np.logaddexp(0.0, -margin)))
-
-
-def summarize(rewards: np.ndarray, log_q: np.ndarray) -> dict[str, float]:
-    q = np.exp(log_q)
-    return {
-        "reward_mean_under_q": float(np.mean(np.sum(q * rewards, 1))),
-        "reward_max": float(rewards.max()),
-        "anchor_entropy_nats": float(np.mean(-np.sum(q * log_q, 1))),
-        "anchor_mass": float(np.mean(q.sum(1))),
-        "log_responses": float(math.log(rewards.shape[1])),
-    }
+def split_transcripts(a: str, b: str) -> tuple[str, str, str]:
+    """HH-RLHF: two transcripts sharing a dialogue -> (last human turn, chosen reply, rejected reply)."""
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    cut = a.rfind("Assistant:", 0, n + 1)
+    if cut < 0:
+        return a[:n], a[n:], b[n:]
+    human = a.rfind("Human:", 0, cut)
+    start = cut + len("Assistant:")
+    return a[human + len("Human:") if human >= 0 else 0 : cut], a[start:], b[start:]

@@ -2,73 +2,71 @@
 
 Lily H. Zhang, Rajesh Ranganath; ICML 2025, arXiv 2502.10505 (earlier: OpenReview OxxbqZBJxx).
 No official code is known (the author's TRL and DPO forks from March 2024 belong to another
-project), so this is a re-implementation from the brief (shared/methods/win_rate.md).
+project), so this is a re-implementation from the brief (shared/methods/win_rate.md), with the
+claim check restated by the December 2026 review (shared/REVIEW.md, win_rate).
 
 Claim: win rate against the data distribution is the evaluation preference data supports;
 win-rate-optimising (WRO) objectives (RLHF, NLHF, direct h-win-rate) have win-rate
 correspondence (the objective tracks the win rate) and consistency (their optimum is
 win-rate-optimal), DPO and SFT-on-preferred do not; in practice optimisation success predicts
-the final win rate better than the objective's optimum does.
+the final win rate better than the choices that fix the objective's optimum.
 
-Two parts, both with a known Bradley-Terry oracle p(y > y' | x) = sigma(r(x,y) - r(x,y')):
+Data: SYNTHETIC. The paper's Pythia-2.8B on Anthropic-HH / OASST with a trained oracle judge cannot be
+had offline (no pretrained LLM weights; HH-RLHF beyond one test split is Git LFS), so the study runs
+on a generated world (``data``): K prompts, responses of L = 10 symbols of V = 8 (8^10 ~ 1e9 per
+prompt, too many to enumerate), the anchor q a per-prompt Markov chain, an additive oracle reward
+and Bradley-Terry labels on 2000 training and 500 held-out (validation) pairs drawn from q. A JSONL
+loader (``{"prompt","chosen","rejected"}`` or HH-RLHF transcripts) reads pairs of the same shape.
+
+Two parts:
   (A) tabular bandit, M = 8, r = linspace(-2, 2, 8): closed forms (anchor 0.5, SFT 2 E_q[w^2],
-      RLHF/DPO optimum q e^{r/beta}, WRO max_y w) and SFT/DPO/WRO trained to convergence.
-  (B) sequences: a tiny GPT-2 (models.common.tiny_lm) pretrained by MLE on a synthetic language
-      in ``prepare`` is the anchor q and the reference; 2k oracle-labelled pairs from q; variants
-        rlhf        (the method) RLOO on a Bradley-Terry reward model learned from the same pairs,
-                    reward r_hat(y) - beta log pi/q (y)  (= logit-win-rate maximisation + KL)
-        nlhf        RLOO self-play: reward = mean oracle preference over the other samples of the group
-        wro_{h}     direct h-win-rate RLOO against the oracle, reward h(p(y > y')) with y' ~ q,
-                    h in {id, log, logit}
-        dpo_b{beta} DPO on the pairs (baseline; at beta = kl_beta its population optimum q e^{r/beta} is
-                    RLHF's with the oracle reward r; RLHF's own optimum uses its learned r_hat)
-        sft         maximum likelihood on the preferred responses
-      all from the anchor, same steps and seeds. Responses are enumerated (V^L = 4096 per prompt),
-      so the win rate against q, every objective's population value, its optimum and the
-      fraction of it reached are exact at each of ``checkpoints`` evaluations.
+      RLHF/DPO optimum q e^{r/beta}, WRO max_y w) and SFT/DPO/WRO trained to convergence (must pass).
+  (B) the sequence study. A learned judge p_hat (BT, ridge chosen on validation) is what a practitioner has.
+      Arms (``training``), one budget for all (steps, samples or pairs per step, lr grid, patience, seeds):
+        rlhf_b{beta}  (the method) RLOO on r_hat - beta log pi/q, beta in ``betas`` (one family)
+        dpo_b{beta}   (the baseline) DPO on the training pairs, the same betas (a second family)
+        wro_{h}       direct h-win-rate RLOO against the judge, h in {id, log, logit}
+        nlhf          RLOO self-play against the judge
+        sft           maximum likelihood on the preferred responses
+      The policy class (``networks.MarkovPolicies``) contains every objective's optimum, so a gap to it
+      is optimisation. Each arm's lr is chosen per seed on its own validation objective; every run stops
+      early (patience) and ends on its best checkpoint.
 
-Claim check (``claim``): three criteria over the paired seeds, from the per-seed keys evaluate emits
-(``<variant>/seed<k>/{win_rate,fraction_of_optimum,spearman_objective_wr}``): mean WRO rho >= 0.9
-(t interval), WRO rho minus DPO |rho| > 0 and the fraction-of-optimum ranking minus the at-optimum
-ranking > 0 (percentile bootstraps over seeds). The tabular closed forms stay must-pass checks.
+Claim check (``claim``; REVIEW.md's restated check), over ``n_seeds`` paired seeds:
+  1. wro_correspondence: Spearman rho across checkpoints between each WRO objective's Monte-Carlo value
+     and its Monte-Carlo win rate vs the anchor under its OWN preference model (the judge), drawn from
+     independent held-out samples, mean over rlhf_b*, wro_log, wro_logit, nlhf >= 0.9. wro_id is left
+     out: its objective is that win rate by definition (only the sampling noise separates them);
+     it is reported as the noise-floor reference.
+  2. wro_minus_dpo_correspondence: that mean rho minus DPO's mean |rho| (held-out loss vs DPO's own win
+     rate, under the labeller of its pairs, i.e. the oracle) > 0.
+  3./4. success_ranks_{rlhf,dpo}_family: within one family (every beta x lr run of a seed), Spearman of
+     (fraction of the objective's optimum reached, final oracle win rate) minus Spearman of (win rate
+     at the objective's optimum, final oracle win rate) > 0. Optima are exact (dynamic programming:
+     ``algorithm.tilted_chain``); their win rates and the final ones are Monte-Carlo estimates.
+  Must pass: the tabular closed forms, the anchor's MC win rate against itself within 4 SE of 0.5, the
+  judge above chance, and (default scale) the method and the baseline moving >= 0.1 of the way to their objective's
+  optimum (they learn the task).
 
 Deliberate deviations (and why):
-* Everything LLM-sized is replaced by the brief's offline substitute (B): a 2-layer d = 32 GPT-2
-  (d = 64 in the issue's example; halved so that 8 variants x 3 seeds x 300 steps plus exact
-  evaluations fit the CPU budget), prompts are single tokens, responses 4 symbols of 8.
-* The brief's 3 seeds x 300 steps at the default scale (~100 s; until session 3 it was 2 x 200 to save
-  time: WRO correspondence 0.80 then, 0.75 now, the verdict unchanged).
-* Win rates are exact expectations over the enumerated responses instead of 2k Monte-Carlo
-  pairs (no estimation noise; the brief's standard error 0.01 becomes 0).
-* WRO uses RLOO (4 samples per prompt) with the oracle's preference probability as the judge's
-  answer, one anchor sample per policy sample; the "learned preference model" WRO variant is
-  the RLHF instance (h = logit of a learned BT model, plus the KL term), not three more runs.
-* NLHF is unregularised self-play against the policy's own samples (no mixture with the
-  reference): under BT preferences its Nash policy is the argmax-reward response, so its
-  optimum is computable; its objective value is the win rate against the best response.
-* RLHF's objective is its own (learned reward r_hat minus the KL term), so its correspondence with
-  the true win rate also measures reward-model misspecification (2k noisy pairs); the claim's
-  figures report it next to the oracle-judged WRO variants.
-* DPO's "objective value" is its held-out loss on the 500 held-out pairs (its population loss
-  needs a |Y|^2 double sum); its optimum on those pairs is the loss at pi* (margins = r_w - r_l).
-* The tabular non-transitive case (a cyclic term added to the BT logits) is reported, not judged.
-* Pairs can be read from JSONL ({"prompt","chosen","rejected"} or HH-RLHF transcripts) and the
-  anchor from a Hugging Face GPT-2 folder (``data.pairs_jsonl``, ``data.anchor_lm``), but only in
-  the synthetic task's shape (prompt tokens, fixed-length symbol responses).
+* No LLM: a position-dependent bigram policy started at the anchor instead of Pythia (weights unavailable;
+  the class holds every optimum, so the optimisation-success test is not confounded by capacity; 165
+  policies train at once within the CPU budget).
+* The judge has the oracle's feature structure (well specified, estimation error only); the paper's
+  judges are neural. The non-transitive case stays in the tabular part, reported, not judged.
+* The h-WRO arms use the learned judge (the paper's new WRO instances use a learned preference model);
+  the oracle is used only to label the pairs and to score the final win rates.
+* NLHF is unregularised self-play; its objective is the win rate against the judge's best response.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import (
@@ -81,562 +79,378 @@ from models.base import (
     user_data_path,
     write_manifest,
 )
-from models.common import plotting
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
-from models.common.tiny_lm import (
-    LanguageModelling,
-    LMConfig,
-    TinyLM,
-    Tokenizer,
-    load_pretrained,
-    load_tokenizer,
-    n_parameters,
-    save_pretrained,
-)
+from models.common.selection import learns_task, select_on_validation
 
 from . import algorithm as alg
+from . import plots
 from .config import Config
 from .data import (
-    all_responses,
-    bt_loglik_optimum,
-    exact_logprobs,
-    hidden_language,
+    anchor_table,
     load_pairs_jsonl,
-    make_tokenizer,
     oracle_preferences,
-    oracle_reward,
-    sample_corpus,
+    reward_table,
+    sample_chain,
     sample_pairs,
-    sample_responses,
     save_npz,
-    summarize,
-    symbol_ids,
-    token_ids,
+    score,
 )
+from .networks import MarkovPolicies
+from .training import H_FUNCTIONS, PreferenceLearner, Row, Task, fit_judge, mc_evaluate, pair_log_loss
 
-ANCHOR = "anchor"  # the versioned anchor LM folder inside the dataset
-ONLINE = ("rlhf", "nlhf", "wro")
-WRO_KINDS = ("rlhf", "nlhf", "wro")  # the win-rate-optimising objectives
-COLORS = {
-    "rlhf": "tab:red",
-    "nlhf": "tab:purple",
-    "wro_id": "tab:orange",
-    "wro_log": "tab:brown",
-    "wro_logit": "tab:pink",
-    "sft": "tab:gray",
-    "dpo": "tab:blue",
-    "dpo_b0.5": "tab:cyan",
-}
+WRO_CORRESPONDENCE = 0.9  # the brief's threshold on the mean Spearman rho
+LEARNS_FRACTION = 0.1  # declared: an arm learns when it moves a tenth of the way to its objective's optimum
+JUDGE_CHANCE_MARGIN = 0.05  # declared: the judge's held-out pair accuracy must exceed 0.5 by this
 
 
-def variants(cfg: Config) -> dict[str, dict]:
-    """Every trained variant: its kind and parameters. ``rlhf`` is the method, the first DPO the baseline."""
-    out = {"rlhf": {"kind": "rlhf", "beta": cfg.kl_beta}}
-    for beta in cfg.dpo_betas:
-        out[f"dpo_b{beta:g}"] = {"kind": "dpo", "beta": beta}
+def arms(cfg: Config) -> dict[str, dict]:
+    """Every arm: kind and parameters. ``rlhf_b{betas[0]}`` is the method, ``dpo_b{betas[0]}`` the baseline."""
+    out = {f"rlhf_b{b:g}": {"kind": "rlhf", "beta": b} for b in cfg.betas}
+    out.update({f"dpo_b{b:g}": {"kind": "dpo", "beta": b} for b in cfg.betas})
     out["sft"] = {"kind": "sft"}
-    for h in alg.H_FUNCTIONS:
-        out[f"wro_{h}"] = {"kind": "wro", "h": h}
+    out.update({f"wro_{h}": {"kind": "wro", "h": h} for h in H_FUNCTIONS})
     out["nlhf"] = {"kind": "nlhf"}
     return out
 
 
-def metric_prefix(cfg: Config, variant: str) -> str:
-    if variant == "rlhf":
+def families(cfg: Config) -> dict[str, list[str]]:
+    """The objective families whose solution depends on a declared choice (beta)."""
+    return {kind: [a for a, s in arms(cfg).items() if s["kind"] == kind] for kind in ("rlhf", "dpo")}
+
+
+def correspondence_arms(cfg: Config) -> list[str]:
+    """The WRO objectives judged for correspondence (wro_id excluded: its objective is its win rate)."""
+    return [a for a, s in arms(cfg).items() if s["kind"] in ("rlhf", "nlhf") or (s["kind"] == "wro" and s["h"] != "id")]
+
+
+def metric_prefix(cfg: Config, arm: str) -> str:
+    if arm == f"rlhf_b{cfg.betas[0]:g}":
         return "method"
-    if variant == f"dpo_b{cfg.dpo_betas[0]:g}":
+    if arm == f"dpo_b{cfg.betas[0]:g}":
         return "baseline"
-    return variant
+    return arm
 
 
-def color(variant: str) -> str:
-    return COLORS.get(variant, COLORS["dpo"] if variant.startswith("dpo") else "k")
+def make_rows(cfg: Config) -> list[Row]:
+    """Every trained policy, ordered by learning rate (one optimiser group per rate)."""
+    return [
+        Row(arm, s["kind"], lr, k, s.get("beta", 1.0), s.get("h", "id"))
+        for lr in sorted(cfg.lr_grid)
+        for arm, s in arms(cfg).items()
+        for k in range(cfg.n_seeds)
+    ]
 
 
 # ----------------------------------------------------------------------------- data
 
 
-def pretrain_anchor(cfg: Config, tok: Tokenizer, prompts: np.ndarray, sentences: np.ndarray) -> tuple[TinyLM, list]:
-    """MLE on the synthetic language: the anchor q (and every policy's starting point)."""
-    d = cfg.data
-    torch.manual_seed(cfg.seed)
-    model = TinyLM(
-        LMConfig(
-            vocab_size=len(tok),
-            n_positions=1 + d.response_length,
-            n_embd=d.lm.n_embd,
-            n_layer=d.lm.n_layer,
-            n_head=d.lm.n_head,
-        )
-    )
-    ids = token_ids(tok, d, torch.as_tensor(prompts), torch.as_tensor(sentences))
-    weights = torch.ones_like(ids, dtype=torch.float32)
-    weights[:, 0] = 0.0  # the prompt token is given, not predicted
-    n_val = max(1, len(ids) // 10)  # a held-out tenth of the corpus for the validation curve
-    loader = DataLoader(
-        TensorDataset(ids[n_val:], weights[n_val:]),
-        d.pretrain_batch,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(cfg.seed),
-    )
-    val = DataLoader(TensorDataset(ids[:n_val], weights[:n_val]), 4096)
-    history = fit(
-        LanguageModelling(model, d.pretrain_lr),
-        loader,
-        val,
-        max_epochs=d.pretrain_epochs,
-        seed=cfg.seed,
-        variant="anchor LM pretraining",
-    )
-    return model.eval(), history
-
-
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    set_threads()
     d = cfg.data
     rng = np.random.default_rng(cfg.seed)
-    tok = make_tokenizer(d)
-    start, trans = hidden_language(d, rng)
-    prompts, sentences = sample_corpus(start, trans, d.corpus_size, d.response_length, rng)
+    log_q = anchor_table(d, rng)
     prefs = oracle_preferences(d, rng)
-    responses = all_responses(d.n_symbols, d.response_length)
-    rewards = oracle_reward(d, prefs, responses)
-    if d.anchor_lm:
-        source = user_data_path(d.anchor_lm)
-        model, tok_user = load_pretrained(source), load_tokenizer(source)
-        missing = set(tok.tokens) - set(tok_user.tokens)
-        if missing:
-            raise ValueError(f"{source}: the tokeniser lacks the task's tokens {sorted(missing)}")
-        tok, history = tok_user, []
-    else:
-        model, history = pretrain_anchor(cfg, tok, prompts, sentences)
-    save_pretrained(model, data_dir / ANCHOR, tok)
-    (data_dir / "anchor_pretraining.json").write_text(json.dumps(history, default=float) + "\n")
-    with torch.no_grad():
-        log_q = exact_logprobs(model, tok, d).double().numpy()
+    phi = reward_table(d, prefs)
     if d.pairs_jsonl:
-        train_pairs = load_pairs_jsonl(user_data_path(d.pairs_jsonl), tok, d)
+        train_pairs = load_pairs_jsonl(user_data_path(d.pairs_jsonl), d)
     else:
-        train_pairs = sample_pairs(log_q, rewards, d.train_pairs, rng, responses)
-    heldout = sample_pairs(log_q, rewards, d.heldout_pairs, rng, responses)
-    save_npz(data_dir / "corpus.npz", prompt=prompts, sentence=sentences)
-    save_npz(
-        data_dir / "oracle.npz", reward=rewards, liked=prefs["liked"], bigram=prefs["bigram"], start=start, trans=trans
-    )
+        train_pairs = sample_pairs(log_q, phi, d.train_pairs, rng)
+    heldout = sample_pairs(log_q, phi, d.heldout_pairs, rng)
+    save_npz(data_dir / "anchor.npz", log_q=log_q)
+    save_npz(data_dir / "oracle.npz", phi=phi, liked=prefs["liked"], bigram=prefs["bigram"])
     save_npz(data_dir / "pairs_train.npz", **train_pairs)
     save_npz(data_dir / "pairs_heldout.npz", **heldout)
     generated = (
-        f"generated from seed {cfg.seed}: Markov-chain language ({d.n_prompts} prompts, {d.n_symbols} symbols, "
-        f"length {d.response_length}), tiny GPT-2 anchor, Bradley-Terry oracle"
+        f"generated from seed {cfg.seed}: Markov-chain anchor ({d.n_prompts} prompts, {d.n_symbols} symbols, "
+        f"length {d.response_length}), additive oracle reward, Bradley-Terry labels"
     )
-    supplied = [f"{what} data/{path}" for what, path in (("anchor LM", d.anchor_lm), ("pairs", d.pairs_jsonl)) if path]
-    # Either user file replaces a generated part, as the existing "synthetic" flag below says.
     source = (
-        dataset_meta("real", f"user-supplied {', '.join(supplied)}; the rest {generated}")
-        if supplied
+        dataset_meta("real", f"user-supplied training pairs data/{d.pairs_jsonl}; the rest {generated}")
+        if d.pairs_jsonl
         else dataset_meta("synthetic", generated)
     )
+    _, r_max = alg.best_response(phi)
     meta = {
         **source,
-        "generator": "Markov-chain language + tiny GPT-2 anchor + BT oracle (models/win_rate/data.py)",
-        "synthetic": not (d.anchor_lm or d.pairs_jsonl),
         "seed": cfg.seed,
         "train_pairs": int(len(train_pairs["prompt"])),
         "heldout_pairs": int(len(heldout["prompt"])),
-        "responses_per_prompt": int(len(responses)),
-        "anchor_parameters": n_parameters(model),
-        **{k: round(v, 6) for k, v in summarize(rewards, log_q).items()},
+        "log10_responses_per_prompt": round(d.response_length * math.log10(d.n_symbols), 3),
+        "reward_mean_under_q": round(float(np.mean(alg.chain_expectation(log_q, phi))), 6),
+        "reward_max": round(float(np.mean(r_max)), 6),
     }
     return write_manifest(data_dir, meta=meta)
 
 
-def load_npz(data: DatasetRef, name: str) -> dict[str, np.ndarray]:
-    with np.load(data.file(name)) as archive:
+def load_npz(data: DatasetRef | Path, name: str) -> dict[str, np.ndarray]:
+    path = data.file(name) if isinstance(data, DatasetRef) else Path(data) / name
+    with np.load(path) as archive:
         return {k: archive[k] for k in archive.files}
 
 
-class Task:
-    """The prepared sequence task in memory: tokeniser, anchor, exact tables, pairs."""
-
-    def __init__(self, cfg: Config, data: DatasetRef) -> None:
-        self.cfg, self.d = cfg, cfg.data
-        self.anchor = load_pretrained(data.file(ANCHOR))
-        self.tok = load_tokenizer(data.file(ANCHOR))
-        with torch.no_grad():
-            self.log_q = exact_logprobs(self.anchor, self.tok, self.d).double()  # (K, N)
-        self.q = self.log_q.exp().numpy()
-        self.q_cdf = self.log_q.exp().cumsum(1)  # for drawing anchor responses y' ~ q
-        self.reward = load_npz(data, "oracle.npz")["reward"]  # (K, N)
-        self.w = alg.bt_values_grouped(self.reward, self.q, "id")  # win rate of each response vs q
-        self.train_pairs = {k: torch.as_tensor(v) for k, v in load_npz(data, "pairs_train.npz").items()}
-        self.heldout = {k: torch.as_tensor(v) for k, v in load_npz(data, "pairs_heldout.npz").items()}
-        self.sym = torch.as_tensor(symbol_ids(self.tok, self.d.n_symbols))
-
-    def index(self, responses: torch.Tensor) -> torch.Tensor:
-        powers = self.d.n_symbols ** torch.arange(self.d.response_length - 1, -1, -1)
-        return (responses * powers).sum(-1)
-
-    def win_rate(self, pi: np.ndarray) -> float:
-        return float(np.mean(alg.win_rate(pi, self.w)))
-
-
-# ----------------------------------------------------------------------------- networks
-
-
-class RewardModel(nn.Module):
-    """A Bradley-Terry reward model: the anchor's transformer plus a scalar head on the last token."""
-
-    def __init__(self, trunk: TinyLM) -> None:
-        super().__init__()
-        self.trunk = trunk
-        self.head = nn.Linear(trunk.config.n_embd, 1)
-        nn.init.zeros_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(self.trunk.hidden(ids)[:, -1])[:, 0]
-
-
-def policy_logprob(model: TinyLM, ids: torch.Tensor, sym: torch.Tensor) -> torch.Tensor:
-    """log pi(y | x) of (x, y) token rows, with the next-token softmax restricted to the symbols."""
-    logp = torch.log_softmax(model(ids[:, :-1])[..., sym], -1)
-    lookup = torch.full((int(sym.max()) + 1,), -1, dtype=torch.long)
-    lookup[sym] = torch.arange(len(sym))
-    return logp.gather(-1, lookup[ids[:, 1:]][..., None])[..., 0].sum(1)
+def load_task(data: DatasetRef, phi_hat: np.ndarray) -> Task:
+    tensors = lambda d: {k: torch.as_tensor(v) for k, v in d.items()}  # noqa: E731
+    _, r_hat_max = alg.best_response(phi_hat)
+    return Task(
+        log_q=torch.as_tensor(load_npz(data, "anchor.npz")["log_q"]),
+        phi=torch.as_tensor(load_npz(data, "oracle.npz")["phi"]),
+        phi_hat=torch.as_tensor(phi_hat),
+        r_hat_max=torch.as_tensor(r_hat_max),
+        train=tensors(load_npz(data, "pairs_train.npz")),
+        heldout=tensors(load_npz(data, "pairs_heldout.npz")),
+    )
 
 
 # ----------------------------------------------------------------------------- training
 
 
-class RewardModelling(L.LightningModule):
-    """Bradley-Terry loss -log sigma(r(y_w) - r(y_l)) on the preference pairs."""
+def train_judge(cfg: Config, data: DatasetRef) -> tuple[np.ndarray, dict[str, float]]:
+    """The practitioner's preference model: ridge chosen on the held-out (validation) pairs' log-loss."""
+    d = cfg.data
+    pairs = {k: torch.as_tensor(v) for k, v in load_npz(data, "pairs_train.npz").items()}
+    heldout = {k: torch.as_tensor(v) for k, v in load_npz(data, "pairs_heldout.npz").items()}
 
-    def __init__(self, net: RewardModel, task: Task, lr: float) -> None:
-        super().__init__()
-        self.net, self.task, self.lr = net, task, lr
+    def fit_and_score(point):
+        judge = fit_judge((d.n_prompts, d.response_length, d.n_symbols), pairs, point["ridge"])
+        with torch.no_grad():
+            return float(pair_log_loss(judge, heldout)), judge
 
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        prompt, chosen, rejected = batch
-        both = token_ids(self.task.tok, self.task.d, torch.cat([prompt, prompt]), torch.cat([chosen, rejected]))
-        r_w, r_l = self.net(both).chunk(2)
-        margin = r_w - r_l
-        loss = F.softplus(-margin).mean()
-        self.log_dict(
-            {f"{stage}/loss": loss, f"{stage}/acc": (margin > 0).float().mean()},
-            on_step=False,
-            on_epoch=True,
-            batch_size=len(prompt),
-        )
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val")
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.net.parameters(), lr=self.lr)
-
-
-def one_hot(index: np.ndarray, n: int) -> np.ndarray:
-    out = np.zeros((len(index), n))
-    out[np.arange(len(index)), index] = 1.0
-    return out
-
-
-class PopulationView:
-    """Exact population quantities of one variant's objective: value, start, optimum, expected WR."""
-
-    def __init__(self, task: Task, spec: dict, r_hat: np.ndarray | None) -> None:
-        self.task, self.spec, self.r_hat = task, spec, r_hat
-        q, r, w = task.q, task.reward, task.w
-        kind = spec["kind"]
-        if kind == "sft":
-            self.target = alg.sft_optimum(q, w)
-            self.optimum = float(np.mean(alg.cross_entropy_objective(self.target, self.target)))
-            self.expected_wr = task.win_rate(self.target)
-        elif kind == "dpo":
-            heldout = {k: v.numpy() for k, v in task.heldout.items()}
-            self.optimum = -bt_loglik_optimum(r, heldout, task.d.n_symbols)
-            self.expected_wr = task.win_rate(alg.kl_optimum(q, r, spec["beta"]))
-        elif kind == "wro":
-            self.values = alg.bt_values_grouped(r, q, spec["h"])
-            self.optimum = float(np.mean(self.values.max(1)))
-            self.expected_wr = task.win_rate(one_hot(self.values.argmax(1), q.shape[1]))
-        elif kind == "rlhf":
-            self.optimum = float(np.mean(alg.kl_objective_max(q, r_hat, spec["beta"])))
-            self.expected_wr = task.win_rate(alg.kl_optimum(q, r_hat, spec["beta"]))
-        elif kind == "nlhf":
-            self.optimum = 0.5
-            self.expected_wr = task.win_rate(one_hot(r.argmax(1), q.shape[1]))
-        self.start = self.value(q, dpo_loss=math.log(2.0))
-
-    def value(self, pi: np.ndarray, dpo_loss: float | None = None) -> float:
-        """The objective at pi (higher is better; DPO: minus its held-out loss)."""
-        kind, q = self.spec["kind"], self.task.q
-        if kind == "sft":
-            return float(np.mean(alg.cross_entropy_objective(self.target, pi)))
-        if kind == "dpo":
-            return -float(dpo_loss)
-        if kind == "wro":
-            return float(np.mean(np.sum(pi * self.values, 1)))
-        if kind == "rlhf":
-            return float(np.mean(alg.kl_objective(pi, q, self.r_hat, self.spec["beta"])))
-        return float(np.mean(alg.nash_gap_value(pi, self.task.reward)))
-
-
-class PreferenceLearner(L.LightningModule):
-    """One shared step for every variant: pair losses (SFT, DPO, and every variant's held-out
-    diagnostics) or an RLOO rollout (RLHF, NLHF, direct h-WRO) on the training batches.
-
-    At each validation (every steps / checkpoints) the policy's response distribution is
-    enumerated and the exact win rate, objective value and fraction of optimum are logged.
-    """
-
-    def __init__(
-        self, policy: TinyLM, task: Task, spec: dict, cfg: Config, r_hat: np.ndarray | None, seed: int
-    ) -> None:
-        super().__init__()
-        self.policy, self.task, self.spec, self.cfg = policy, task, spec, cfg
-        self.kind = spec["kind"]
-        self.beta = spec.get("beta", cfg.kl_beta)
-        self.r_hat = None if r_hat is None else torch.as_tensor(r_hat)
-        self.reward = torch.as_tensor(task.reward)
-        self.view = PopulationView(task, spec, r_hat)
-        self.generator = torch.Generator().manual_seed(seed)
-        self.heldout_loss = math.log(2.0)
-        self.log_every = max(1, cfg.steps // 50)
-
-    # -- losses
-
-    def pair_loss(self, prompt, chosen, rejected) -> tuple[torch.Tensor, dict]:
-        t = self.task
-        both = token_ids(t.tok, t.d, torch.cat([prompt, prompt]), torch.cat([chosen, rejected]))
-        lp_w, lp_l = policy_logprob(self.policy, both, t.sym).chunk(2)  # one forward for both responses
-        lq_w, lq_l = t.log_q[prompt, t.index(chosen)].float(), t.log_q[prompt, t.index(rejected)].float()
-        margin = self.beta * ((lp_w - lq_w) - (lp_l - lq_l))
-        dpo = F.softplus(-margin).mean()
-        sft = -lp_w.mean()
-        logs = {"dpo_loss": dpo, "sft_nll": sft, "pref_acc": (margin > 0).float().mean()}
-        return (sft if self.kind == "sft" else dpo), logs
-
-    def rollout_loss(self, prompt) -> tuple[torch.Tensor, dict]:
-        t, G = self.task, self.cfg.group_size
-        x = prompt.repeat_interleave(G)
-        y = sample_responses(self.policy, t.tok, t.d, x, self.generator)
-        idx = t.index(y)
-        logp = policy_logprob(self.policy, token_ids(t.tok, t.d, x, y), t.sym)
-        r = self.reward[x, idx]
-        if self.kind == "wro":  # the judge compares each sample with one anchor sample y' ~ q
-            u = torch.rand(len(x), 1, generator=self.generator, dtype=torch.float64) * t.q_cdf[x, -1:]
-            opponent = torch.searchsorted(t.q_cdf[x], u)[:, 0].clamp(max=t.q_cdf.shape[1] - 1)
-            p = torch.sigmoid(r - self.reward[x, opponent]).clamp(1e-6, 1 - 1e-6)
-            reward = {"id": p, "log": p.log(), "logit": p.log() - (-p).log1p()}[self.spec["h"]]
-        elif self.kind == "nlhf":  # self-play: mean preference over the other samples of the group
-            r_g = r.view(-1, G)
-            p = torch.sigmoid(r_g[:, :, None] - r_g[:, None, :])
-            reward = ((p.sum(2) - 0.5) / (G - 1)).reshape(-1)
-        else:  # rlhf: learned reward with the KL penalty folded in
-            reward = self.r_hat[x, idx] - self.beta * (logp.detach().double() - t.log_q[x, idx])
-        reward = reward.float().view(-1, G)
-        advantage = (reward - reward.mean(1, keepdim=True)) * G / (G - 1)  # RLOO: leave-one-out baseline
-        loss = -(advantage.reshape(-1) * logp).mean()
-        return loss, {"reward": reward.mean()}
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        if stage == "train" and self.kind in ONLINE:
-            loss, logs = self.rollout_loss(batch[0])
-        else:
-            loss, logs = self.pair_loss(*batch)
-        if stage == "val":
-            self.heldout_loss = float(logs["dpo_loss"])
-        # Lightning's per-call logging cost rivals a step of these tiny models: log ~50 training points.
-        if stage != "train" or self.global_step % self.log_every == 0:
-            self.log_dict(
-                {f"{stage}/loss": loss, **{f"{stage}/{k}": v for k, v in logs.items()}},
-                on_step=stage == "train",
-                on_epoch=stage != "train",
-                batch_size=len(batch[0]),
-            )
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val")
-
-    def on_validation_epoch_end(self) -> None:
-        self.log_dict(checkpoint_record(self.policy, self.task, self.view, self.heldout_loss), on_epoch=True)
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.policy.parameters(), lr=self.cfg.lr)
-
-
-@torch.no_grad()
-def policy_table(policy: TinyLM, task: Task) -> np.ndarray:
-    was_training = policy.training
-    pi = exact_logprobs(policy.eval(), task.tok, task.d).double().exp().numpy()
-    policy.train(was_training)
-    return pi
-
-
-def checkpoint_record(policy: TinyLM, task: Task, view: PopulationView, heldout_loss: float) -> dict[str, float]:
-    pi = policy_table(policy, task)
-    value = view.value(pi, dpo_loss=heldout_loss)
-    return {
-        "val/win_rate": task.win_rate(pi),
-        "val/objective": value,
-        "val/fraction_of_optimum": alg.fraction_of_optimum(value, view.start, view.optimum),
-        "val/oracle_reward": float(np.mean(np.sum(pi * task.reward, 1))),
-    }
-
-
-def train_reward_model(cfg: Config, task: Task, out_dir: Path) -> tuple[np.ndarray, list]:
-    torch.manual_seed(cfg.seed)
-    net = RewardModel(copy.deepcopy(task.anchor).train())
-    p = task.train_pairs
-    loader = DataLoader(
-        TensorDataset(p["prompt"], p["chosen"], p["rejected"]),
-        cfg.batch_pairs,
-        shuffle=True,
-        generator=torch.Generator().manual_seed(cfg.seed),
+    selection, judge = select_on_validation(
+        "judge", [{"ridge": r} for r in cfg.judge_ridge_grid], fit_and_score, "log_loss", higher_is_better=False
     )
-    h = task.heldout
-    val = DataLoader(TensorDataset(h["prompt"], h["chosen"], h["rejected"]), len(h["prompt"]))
-    history = fit(
-        RewardModelling(net, task, cfg.reward_lr),
-        loader,
-        val,
-        max_epochs=cfg.reward_epochs,
-        seed=cfg.seed,
-        variant="Bradley-Terry reward model",
-    )
-    torch.save(net.state_dict(), out_dir / "reward_model.pt")
-    K, N = task.q.shape
-    responses = torch.as_tensor(all_responses(task.d.n_symbols, task.d.response_length))
     with torch.no_grad():
-        net.eval()
-        r_hat = torch.stack([net(token_ids(task.tok, task.d, torch.full((N,), k), responses)) for k in range(K)])
-    return r_hat.double().numpy(), history
+        margin = judge(heldout["prompt"], heldout["chosen"]) - judge(heldout["prompt"], heldout["rejected"])
+        table = judge.table().numpy()
+    return table, {**selection.summary(), "judge/heldout_acc": float((margin > 0).double().mean())}
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     set_threads()
     out_dir = Path(out_dir)
-    task = Task(cfg, data)
-    r_hat, rm_history = train_reward_model(cfg, task, out_dir)
-    np.save(out_dir / "learned_reward.npy", r_hat)
-    history: dict[str, list[dict[str, float]]] = {"reward_model": rm_history}
-    summary: dict[str, float] = {
-        "reward_model/heldout_acc": next((r["val/acc"] for r in reversed(rm_history) if "val/acc" in r), float("nan"))
-    }
+    phi_hat, summary = train_judge(cfg, data)
+    task = load_task(data, phi_hat)
+    rows = make_rows(cfg)
+    module = PreferenceLearner(task, rows, cfg, cfg.n_seeds, cfg.seed)
     every = max(1, cfg.steps // cfg.checkpoints)
-    p, h = task.train_pairs, task.heldout
-    pairs = TensorDataset(p["prompt"], p["chosen"], p["rejected"])
-    val = DataLoader(TensorDataset(h["prompt"], h["chosen"], h["rejected"]), len(h["prompt"]))
-    for k in range(cfg.n_seeds):
-        seed = cfg.seed + k
-        for name, spec in variants(cfg).items():
-            torch.manual_seed(seed)
-            policy = copy.deepcopy(task.anchor).train()
-            module = PreferenceLearner(policy, task, spec, cfg, r_hat if spec["kind"] == "rlhf" else None, seed)
-            if spec["kind"] in ONLINE:
-                prompts = torch.randint(
-                    0,
-                    cfg.data.n_prompts,
-                    (cfg.steps * cfg.batch_prompts,),
-                    generator=torch.Generator().manual_seed(seed),
-                )
-                loader = DataLoader(TensorDataset(prompts), cfg.batch_prompts)
-            else:
-                loader = DataLoader(pairs, cfg.batch_pairs, shuffle=True, generator=torch.Generator().manual_seed(seed))
-            start = {"step": 0, **checkpoint_record(policy, task, module.view, math.log(2.0))}
-            records = fit(
-                module,
-                loader,
-                val,
-                max_epochs=10**6,
-                max_steps=cfg.steps,
-                seed=seed,
-                val_check_interval=every,
-                check_val_every_n_epoch=None,
-                variant=f"{name}, seed {seed}",
+    records = fit(
+        module,
+        DataLoader(TensorDataset(torch.arange(cfg.steps)), 1),
+        DataLoader(TensorDataset(torch.zeros(1)), 1),
+        max_epochs=1,
+        max_steps=cfg.steps,
+        seed=cfg.seed,
+        val_check_interval=every,
+        check_val_every_n_epoch=None,
+        variant=f"{len(rows)} policies (arms x lr x seeds)",
+    )
+    theta = module.policies.theta.detach().numpy()
+    best_score, best_step = module.best_score.numpy(), module.best_step.numpy()
+    chosen = {}
+    for arm in arms(cfg):
+        for k in range(cfg.n_seeds):
+            index = {r.lr: i for i, r in enumerate(rows) if r.arm == arm and r.seed == k}
+            selection, i = select_on_validation(
+                f"{arm}/seed{k}",
+                [{"lr": lr} for lr in sorted(index)],
+                lambda p: (best_score[index[p["lr"]]], index[p["lr"]]),
+                "objective",
             )
-            history[name if k == 0 else f"{name}_seed{k}"] = [start] + records
-            save_pretrained(policy.eval(), out_dir / f"policy_{name}_seed{k}", task.tok)
-            final = [r for r in records if "val/win_rate" in r]
-            summary[f"{name}/final_win_rate_seed{k}"] = final[-1]["val/win_rate"] if final else float("nan")
+            chosen[f"{arm}/seed{k}"] = i
+            summary.update(selection.summary())
+            summary[f"select/{arm}/seed{k}/best_step"] = float(best_step[i])
+    np.save(out_dir / "theta.npy", theta)
+    np.save(out_dir / "judge_table.npy", phi_hat)
+    np.save(out_dir / "anchor_log_q.npy", task.log_q.numpy())
+    (out_dir / "rows.json").write_text(
+        json.dumps(
+            {
+                "rows": [vars(r) for r in rows],
+                "best_score": best_score.tolist(),
+                "best_step": best_step.tolist(),
+                "chosen": chosen,
+                "curves": module.curves,
+            }
+        )
+        + "\n"
+    )
+    history: dict[str, list[dict[str, float]]] = {"optimiser": [r for r in records if "train/loss_sum" in r]}
+    for name, i in chosen.items():
+        history[name.replace("/", "_")] = [
+            {
+                "step": c["step"],
+                "val/objective": c["objective"][i],
+                "val/win_rate_own": c["wr_own"][i],
+                "val/win_rate_oracle": c["wr_oracle"][i],
+                "val/active": float(c["active"][i]),
+            }
+            for c in module.curves
+        ]
     return TrainedArtifacts(out_dir, history, summary)
 
 
-def load_model(cfg: Config, model_dir: Path) -> TinyLM:
-    """The registered model: the RLHF (WRO) policy of the first seed."""
-    return load_pretrained(Path(model_dir) / "policy_rlhf_seed0")
+def load_model(cfg: Config, model_dir: Path) -> MarkovPolicies:
+    """The registered model: the method's policy (RLHF at the first beta) of seed 0 at its chosen lr."""
+    info = json.loads((Path(model_dir) / "rows.json").read_text())
+    i = info["chosen"][f"rlhf_b{cfg.betas[0]:g}/seed0"]
+    theta = torch.as_tensor(np.load(Path(model_dir) / "theta.npy")[i : i + 1])
+    log_q = theta.new_zeros(theta.shape[1:])  # replaced by the saved buffer below
+    policy = MarkovPolicies(log_q, [1])
+    policy.assign(theta)
+    policy.log_q.copy_(torch.as_tensor(np.load(Path(model_dir) / "anchor_log_q.npy")))
+    return policy.eval()
 
 
 # ----------------------------------------------------------------------------- evaluation
 
 
-def curve(records: list[dict], key: str) -> tuple[np.ndarray, np.ndarray]:
-    pts = [(r["step"], r[key]) for r in records if key in r]
-    return (np.array([p[0] for p in pts]), np.array([p[1] for p in pts])) if pts else (np.zeros(0), np.zeros(0))
+def oracle_win_rate_of_chain(task: Task, log_table: np.ndarray, n: int, generator: torch.Generator) -> float:
+    """MC oracle win rate vs q of the chain ``log_table`` (K, L, V, V): ``n`` samples per prompt."""
+    prompts = torch.arange(task.n_prompts).repeat_interleave(n)
+    y = sample_chain(torch.as_tensor(log_table)[None], torch.zeros_like(prompts), prompts, generator)
+    y_anchor = task.anchor_samples(prompts, generator)
+    return float(torch.sigmoid(score(task.phi, prompts, y) - score(task.phi, prompts, y_anchor)).mean())
+
+
+def references(cfg: Config, task: Task) -> dict[str, dict[str, float]]:
+    """Per arm: its objective at the start (the anchor) and at its optimum, and the oracle win rate of that
+    optimum (the "expected" win rate the objective's solution promises). Exact by dynamic programming where
+    the quantity is an expectation of an additive reward, Monte Carlo (``reference_samples``) otherwise."""
+    n = max(1, cfg.reference_samples // task.n_prompts)
+    g = torch.Generator().manual_seed(cfg.seed + 3)
+    log_q, phi, phi_hat = task.log_q.numpy(), task.phi.numpy(), task.phi_hat.numpy()
+    prompts = torch.arange(task.n_prompts).repeat_interleave(n)
+    y, y2, y3 = (task.anchor_samples(prompts, g) for _ in range(3))
+    r_hat = lambda ys: score(task.phi_hat, prompts, ys)  # noqa: E731
+    r = lambda ys: score(task.phi, prompts, ys)  # noqa: E731
+    p_hat_qq = torch.sigmoid(r_hat(y) - r_hat(y2)).clamp(1e-9, 1 - 1e-9)
+    best_judge, _ = alg.best_response(phi_hat)
+    r_best = score(task.phi, torch.arange(task.n_prompts), torch.as_tensor(best_judge))[prompts]
+    wr_best_judge = float(torch.sigmoid(r_best - r(y)).mean())
+    p_best_hat = torch.sigmoid(task.r_hat_max[prompts] - r_hat(y)).clamp(1e-9, 1 - 1e-9)
+    heldout = task.heldout
+    margin = score(task.phi, heldout["prompt"], heldout["chosen"]) - score(
+        task.phi, heldout["prompt"], heldout["rejected"]
+    )
+    out = {}
+    for arm, s in arms(cfg).items():
+        kind = s["kind"]
+        if kind == "rlhf":
+            table, log_z = alg.tilted_chain(log_q, phi_hat, s["beta"])
+            start, optimum = float(np.mean(alg.chain_expectation(log_q, phi_hat))), float(np.mean(s["beta"] * log_z))
+            expected = oracle_win_rate_of_chain(task, table, n, g)
+        elif kind == "dpo":
+            table, _ = alg.tilted_chain(log_q, phi, s["beta"])
+            start, optimum = -math.log(2.0), -float(torch.nn.functional.softplus(-margin).mean())
+            expected = oracle_win_rate_of_chain(task, table, n, g)
+        elif kind == "sft":  # its optimum 2 q w lies outside the policy class: no fraction
+            w_y = torch.sigmoid(r(y) - r(y2)), torch.sigmoid(r(y) - r(y3))
+            start = float(score(task.log_q, heldout["prompt"], heldout["chosen"]).mean())
+            optimum, expected = math.nan, float(2 * (w_y[0] * w_y[1]).mean())  # 2 E_q[w^2] with two opponents
+        elif kind == "wro":
+            fn = H_FUNCTIONS[s["h"]]
+            start, optimum, expected = float(fn(p_hat_qq).mean()), float(fn(p_best_hat).mean()), wr_best_judge
+        else:  # nlhf: the win rate against the judge's best response is 1/2 at the Nash policy
+            start, optimum, expected = (
+                float(torch.sigmoid(r_hat(y) - task.r_hat_max[prompts]).mean()),
+                0.5,
+                wr_best_judge,
+            )
+        out[arm] = {"start": start, "optimum": optimum, "expected_wr": expected}
+    out["anchor"] = {"wr_vs_itself": float(torch.sigmoid(r(y) - r(y2)).mean()), "n_pairs": float(len(prompts))}
+    return out
 
 
 def finite(x: float, default: float = 0.0) -> float:
     return float(x) if math.isfinite(x) else default
 
 
+def active_spearman(curves: list[dict], i: int, key: str) -> float:
+    """Spearman across the checkpoints a row was still training at (its stop included); nan below 3 points."""
+    points = [(c["objective"][i], c[key][i]) for c in curves if c["active"][i]]
+    if len(points) < 3:
+        return math.nan
+    return alg.spearman([p[0] for p in points], [p[1] for p in points])
+
+
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
     set_threads()
-    task = Task(cfg, data)
-    r_hat = np.load(Path(artifacts.model_dir) / "learned_reward.npy")
+    model_dir = Path(artifacts.model_dir)
+    info = json.loads((model_dir / "rows.json").read_text())
+    rows = [Row(**r) for r in info["rows"]]
+    task = load_task(data, np.load(model_dir / "judge_table.npy"))
+    theta = torch.as_tensor(np.load(model_dir / "theta.npy"))
+    tables = torch.log_softmax(task.log_q.float() + theta, -1)
+    test = mc_evaluate(task, tables, rows, cfg.test_samples, torch.Generator().manual_seed(cfg.seed + 2), False)
+    refs = references(cfg, task)
+    curves, best_score = info["curves"], np.array(info["best_score"])
+    fraction = np.array(
+        [
+            alg.fraction_of_optimum(best_score[i], refs[r.arm]["start"], refs[r.arm]["optimum"])
+            if math.isfinite(refs[r.arm]["optimum"])
+            else math.nan  # SFT: its optimum 2 q w lies outside the policy class
+            for i, r in enumerate(rows)
+        ]
+    )
     values: dict[str, float] = {}
-    runs = []  # one row per (variant, seed): final WR, expected WR, fraction of optimum
-    for name, spec in variants(cfg).items():
-        view = PopulationView(task, spec, r_hat if spec["kind"] == "rlhf" else None)
-        finals, fractions, rhos = [], [], []
+    for arm in arms(cfg):
+        p = metric_prefix(cfg, arm) + "/"
+        per_seed = {key: [] for key in ("win_rate", "win_rate_own", "fraction", "rho", "rho_oracle")}
         for k in range(cfg.n_seeds):
-            policy = load_pretrained(Path(artifacts.model_dir) / f"policy_{name}_seed{k}")
-            wr = task.win_rate(policy_table(policy, task))
-            records = artifacts.history[name if k == 0 else f"{name}_seed{k}"]
-            _, wrs = curve(records, "val/win_rate")
-            _, objective = curve(records, "val/objective")
-            _, fraction = curve(records, "val/fraction_of_optimum")
-            finals.append(wr)
-            fractions.append(fraction[-1])
-            rhos.append(alg.spearman(objective, wrs))
-            runs.append(
-                {
-                    "variant": name,
-                    "kind": spec["kind"],
-                    "final": wr,
-                    "expected": view.expected_wr,
-                    "fraction": fraction[-1],
-                }
-            )
-        p = metric_prefix(cfg, name) + "/"
-        for k in range(cfg.n_seeds):  # per seed: the paired units of the claim's intervals
-            values[p + f"seed{k}/win_rate"] = float(finals[k])
-            values[p + f"seed{k}/fraction_of_optimum"] = float(fractions[k])
-            values[p + f"seed{k}/spearman_objective_wr"] = finite(rhos[k])  # undefined (a flat curve) tracks nothing: 0
-        values[p + "win_rate"] = float(np.mean(finals))
-        values[p + "win_rate_seed_std"] = float(np.std(finals))
-        values[p + "expected_win_rate"] = float(view.expected_wr)
-        values[p + "fraction_of_optimum"] = float(np.mean(fractions))
-        values[p + "spearman_objective_wr"] = finite(
-            float(np.nanmean(rhos)) if not all(map(math.isnan, rhos)) else float("nan")
-        )
-    values["anchor/mass"] = float(np.mean(task.q.sum(1)))
-    values["anchor/win_rate"] = task.win_rate(task.q)
-    values["anchor/max_win_rate"] = float(np.mean(task.w.max(1)))
-    values["anchor/sft_optimum"] = float(np.mean(2 * np.sum(task.q * task.w**2, 1)))
-    values["reward_model/spearman_with_oracle"] = finite(alg.spearman(r_hat.ravel(), task.reward.ravel()))
-    final = np.array([r["final"] for r in runs])
-    values["runs/spearman_fraction_vs_final_wr"] = finite(alg.spearman([r["fraction"] for r in runs], final))
-    values["runs/spearman_expected_vs_final_wr"] = finite(alg.spearman([r["expected"] for r in runs], final))
+            i = info["chosen"][f"{arm}/seed{k}"]
+            seed_values = {
+                "win_rate": float(test["wr_oracle"][i]),
+                "win_rate_own": float(test["wr_own"][i]),
+                "fraction_of_optimum": float(fraction[i]),
+                "spearman_objective_wr": finite(active_spearman(curves, i, "wr_own")),  # undefined tracks nothing: 0
+                "spearman_objective_oracle_wr": finite(active_spearman(curves, i, "wr_oracle")),
+                "lr": rows[i].lr,
+                "best_step": float(info["best_step"][i]),
+            }
+            if not math.isfinite(seed_values["fraction_of_optimum"]):  # SFT: its optimum is outside the class
+                del seed_values["fraction_of_optimum"]
+            values.update({f"{p}seed{k}/{key}": v for key, v in seed_values.items()})
+            for key, name in (
+                ("win_rate", "win_rate"),
+                ("win_rate_own", "win_rate_own"),
+                ("fraction", "fraction_of_optimum"),
+                ("rho", "spearman_objective_wr"),
+                ("rho_oracle", "spearman_objective_oracle_wr"),
+            ):
+                if name in seed_values:
+                    per_seed[key].append(seed_values[name])
+        values[p + "win_rate"] = float(np.mean(per_seed["win_rate"]))
+        values[p + "win_rate_seed_std"] = float(np.std(per_seed["win_rate"]))
+        values[p + "win_rate_own"] = float(np.mean(per_seed["win_rate_own"]))
+        if per_seed["fraction"]:
+            values[p + "fraction_of_optimum"] = float(np.mean(per_seed["fraction"]))
+        values[p + "spearman_objective_wr"] = float(np.mean(per_seed["rho"]))
+        values[p + "spearman_objective_oracle_wr"] = float(np.mean(per_seed["rho_oracle"]))
+        values[p + "expected_win_rate"] = refs[arm]["expected_wr"]
+        values[p + "objective_start"] = refs[arm]["start"]
+        if math.isfinite(refs[arm]["optimum"]):
+            values[p + "objective_optimum"] = refs[arm]["optimum"]
+    family_runs = {}
+    for family, members in families(cfg).items():
+        family_runs[family] = []
+        for k in range(cfg.n_seeds):
+            idx = [i for i, r in enumerate(rows) if r.arm in members and r.seed == k]
+            finals = [float(test["wr_oracle"][i]) for i in idx]
+            expected = [refs[rows[i].arm]["expected_wr"] for i in idx]
+            success = [float(fraction[i]) for i in idx]
+            values[f"family_{family}/seed{k}/spearman_success_vs_wr"] = finite(alg.spearman(success, finals))
+            values[f"family_{family}/seed{k}/spearman_solution_vs_wr"] = finite(alg.spearman(expected, finals))
+            family_runs[family] += [
+                {"arm": rows[i].arm, "lr": rows[i].lr, "final": f, "expected": e, "fraction": s}
+                for i, f, e, s in zip(idx, finals, expected, success)
+            ]
+    se = 0.5 / math.sqrt(refs["anchor"]["n_pairs"])  # the largest possible standard error of a mean of p in [0, 1]
+    values["anchor/win_rate_vs_itself"] = refs["anchor"]["wr_vs_itself"]
+    values["anchor/win_rate_standard_error_bound"] = se
+    values["anchor/max_win_rate_judge_best"] = refs[f"wro_{next(iter(H_FUNCTIONS))}"]["expected_wr"]
+    for key in ("judge/heldout_acc",):
+        values[key] = float(artifacts.summary[key])
+    tilted, _ = alg.tilted_chain(task.log_q.numpy(), task.phi.numpy(), cfg.betas[0])
+    values["checks/tilted_chain_mass_error"] = float(np.max(np.abs(np.exp(tilted).sum(-1) - 1.0)))
     tab = alg.tabular_study(
         cfg.tabular.n_responses,
         cfg.tabular.reward_low,
@@ -649,227 +463,118 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         cfg.seed,
     )
     values.update({f"tabular/{k}": v for k, v in tab.items()})
-    plots = Path(out_dir) / "plots"
+    plot_dir = Path(out_dir) / "plots"
+    chosen_curves = {
+        arm: [[c for c in artifacts.history[f"{arm}_seed{k}"]] for k in range(cfg.n_seeds)] for arm in arms(cfg)
+    }
     figures = [
-        plot_win_rate_curves(cfg, artifacts.history, values, plots / "win_rate_over_training.png"),
-        plot_correspondence(cfg, artifacts.history, plots / "objective_vs_win_rate.png"),
-        plot_expected_vs_actual(runs, values, plots / "expected_vs_actual_win_rate.png"),
-        plot_tabular(cfg, tab, plots / "tabular_closed_forms.png"),
+        plots.plot_win_rate_curves(chosen_curves, plot_dir / "win_rate_over_training.png"),
+        plots.plot_correspondence(chosen_curves, correspondence_arms(cfg), plot_dir / "objective_vs_own_win_rate.png"),
+        plots.plot_family_ranking(family_runs, plot_dir / "optimisation_success_vs_solution.png"),
+        plots.plot_tabular(cfg.tabular.betas, tab, plot_dir / "tabular_closed_forms.png"),
     ]
     return Metrics(values, figures)
-
-
-# ----------------------------------------------------------------------------- figures
-
-
-def _mean_curve(history: dict, name: str, n_seeds: int, key: str):
-    curves = [curve(history[name if k == 0 else f"{name}_seed{k}"], key) for k in range(n_seeds)]
-    steps = curves[0][0]
-    stacked = np.stack([c[1] for c in curves if len(c[1]) == len(steps)])
-    return steps, stacked.mean(0), stacked.std(0)
-
-
-def plot_win_rate_curves(cfg: Config, history: dict, values: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.2))
-    for name in variants(cfg):
-        steps, mean, std = _mean_curve(history, name, cfg.n_seeds, "val/win_rate")
-        style = "-" if variants(cfg)[name]["kind"] in WRO_KINDS else "--"
-        ax.plot(steps, mean, style, marker=".", color=color(name), label=name)
-        ax.fill_between(steps, mean - std, mean + std, color=color(name), alpha=0.15)
-    ax.axhline(values["anchor/max_win_rate"], color="k", lw=0.8, ls=":", label="max_y w (WRO optimum)")
-    ax.axhline(values["anchor/sft_optimum"], color="tab:gray", lw=0.8, ls=":", label="2 E_q[w^2] (SFT optimum)")
-    ax.axhline(0.5, color="k", lw=0.5)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("exact win rate vs anchor q")
-    ax.set_title(f"Win rate over training (mean +- sd over {cfg.n_seeds} seeds; solid = WRO)", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    ax.grid(alpha=0.3)
-    return plotting.save(fig, path)
-
-
-def plot_correspondence(cfg: Config, history: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    names = list(variants(cfg))
-    cols = 4
-    rows = math.ceil(len(names) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols, 2.6 * rows), squeeze=False)
-    for ax, name in zip(axes.ravel(), names):
-        rhos = []
-        for k in range(cfg.n_seeds):
-            records = history[name if k == 0 else f"{name}_seed{k}"]
-            _, objective = curve(records, "val/objective")
-            _, wr = curve(records, "val/win_rate")
-            ax.plot(objective, wr, marker="o", ms=3, color=color(name), alpha=1.0 if k == 0 else 0.5)
-            rhos.append(alg.spearman(objective, wr))
-        label = "-held-out DPO loss" if name.startswith("dpo") else "objective (exact)"
-        ax.set_title(
-            f"{name}: mean rho = {np.nanmean(rhos) if not all(map(math.isnan, rhos)) else float('nan'):.2f}", fontsize=8
-        )
-        ax.set_xlabel(label, fontsize=7)
-        ax.set_ylabel("win rate", fontsize=7)
-        ax.tick_params(labelsize=6)
-    for ax in axes.ravel()[len(names) :]:
-        ax.axis("off")
-    fig.suptitle("Correspondence: objective value vs exact win rate at each checkpoint", fontsize=9)
-    return plotting.save(fig, path)
-
-
-def plot_expected_vs_actual(runs: list[dict], values: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for r in runs:
-        axes[0].scatter(r["expected"], r["final"], color=color(r["variant"]), s=18)
-        axes[1].scatter(r["fraction"], r["final"], color=color(r["variant"]), s=18)
-    for name in dict.fromkeys(r["variant"] for r in runs):
-        axes[0].scatter([], [], color=color(name), label=name)
-    lo = min(min(r["final"] for r in runs), 0.5)
-    axes[0].plot([lo, 1], [lo, 1], "k:", lw=0.8)
-    axes[0].set_xlabel("win rate at the objective's optimum (expected)")
-    axes[0].set_ylabel("final win rate (actual)")
-    axes[0].set_title(f"rho = {values['runs/spearman_expected_vs_final_wr']:.2f}", fontsize=9)
-    axes[1].set_xlabel("fraction of the objective's optimum reached")
-    axes[1].set_title(f"rho = {values['runs/spearman_fraction_vs_final_wr']:.2f}", fontsize=9)
-    axes[0].legend(fontsize=6, ncol=2)
-    for ax in axes:
-        ax.grid(alpha=0.3)
-    return plotting.save(fig, path)
-
-
-def plot_tabular(cfg: Config, tab: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-    for ax, setting in zip(axes, ("uniform", "skewed")):
-        p = setting + "_"
-        labels = ["anchor", "SFT", *[f"DPO b={b:g}" for b in cfg.tabular.betas], "WRO"]
-        closed = [
-            tab[p + "anchor_wr"],
-            tab[p + "sft_closed_form"],
-            *[tab[p + f"rlhf_optimum_b{b:g}"] for b in cfg.tabular.betas],
-            tab[p + "wro_optimum"],
-        ]
-        trained = [
-            tab[p + "anchor_wr"],
-            tab[p + "sft_trained"],
-            *[tab[p + f"dpo_trained_b{b:g}"] for b in cfg.tabular.betas],
-            tab[p + "wro_trained"],
-        ]
-        xs = np.arange(len(labels))
-        ax.bar(xs - 0.2, closed, 0.4, label="closed form / optimum", color="tab:gray")
-        ax.bar(xs + 0.2, trained, 0.4, label="trained", color="tab:red")
-        ax.set_xticks(xs, labels, rotation=30, fontsize=7)
-        ax.set_ylim(0.4, 1.0)
-        ax.set_ylabel("win rate vs q")
-        ax.set_title(f"Tabular bandit, {setting} anchor", fontsize=9)
-    axes[0].legend(fontsize=7)
-    return plotting.save(fig, path)
 
 
 # ----------------------------------------------------------------------------- claim
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """Three criteria over the paired seeds (every variant trains on seed k's stream): the WRO objectives' mean
-    Spearman rho >= 0.9 (t interval); that rho minus DPO's |seed-mean rho| > 0; and Spearman(fraction of optimum,
-    final WR) minus Spearman(WR at the optimum, final WR) over all runs > 0. The last two keep today's statistics
-    (abs of the seed mean; one rank correlation over every run), so their intervals bootstrap over seeds."""
+    """Four criteria, each a t interval over the paired seeds (every arm of a seed shares its prompt and pair
+    streams): WRO correspondence under each objective's own preference model, its margin over DPO, and within
+    the RLHF and DPO families, optimisation success ranking final win rates better than the solution does."""
     v = metrics.values
-    names = variants(cfg)
     seeds = range(cfg.n_seeds)
-    prefixes = [metric_prefix(cfg, n) for n in names]
-    wro = [metric_prefix(cfg, n) for n, s in names.items() if s["kind"] in WRO_KINDS]
-    dpo = [metric_prefix(cfg, n) for n, s in names.items() if s["kind"] == "dpo"]
-
-    def per_seed(prefix: str, key: str) -> np.ndarray:
-        return np.array([v[f"{prefix}/seed{k}/{key}"] for k in seeds])
-
-    rho = {p: per_seed(p, "spearman_objective_wr") for p in wro + dpo}
-    dpo_rho = float(np.mean([abs(v[p + "/spearman_objective_wr"]) for p in dpo]))
-    oracle_wro = [metric_prefix(cfg, n) for n, s in names.items() if s["kind"] in ("wro", "nlhf")]
     units = "paired seeds"
-
-    def wro_minus_dpo(*per_variant: np.ndarray) -> float:
-        wro_rhos, dpo_rhos = per_variant[: len(wro)], per_variant[len(wro) :]
-        return float(np.mean([a.mean() for a in wro_rhos]) - np.mean([abs(a.mean()) for a in dpo_rhos]))
-
-    expected = np.array([v[p + "/expected_win_rate"] for p in prefixes])
-
-    def fraction_minus_expected(*per_variant: np.ndarray) -> float:  # finals of every variant, then fractions
-        finals, fractions = np.concatenate(per_variant[: len(prefixes)]), np.concatenate(per_variant[len(prefixes) :])
-        at_optimum = np.repeat(expected, len(per_variant[0]))
-        return finite(alg.spearman(fractions, finals)) - finite(alg.spearman(at_optimum, finals))
-
+    wro = [metric_prefix(cfg, a) for a in correspondence_arms(cfg)]
+    dpo = [metric_prefix(cfg, a) for a in families(cfg)["dpo"]]
+    rho = lambda p: np.array([v[f"{p}/seed{k}/spearman_objective_wr"] for k in seeds])  # noqa: E731
+    wro_rho = np.mean([rho(p) for p in wro], axis=0)
+    dpo_abs_rho = np.mean([np.abs(rho(p)) for p in dpo], axis=0)
     criteria = [
         V.mean_criterion(
             "wro_correspondence",
-            "Spearman rho between each WRO objective (RLHF, NLHF, h-WRO) and the exact "
-            "win rate vs the anchor across checkpoints, mean over those objectives",
-            np.mean([rho[p] for p in wro], axis=0),
-            0.9,
+            "Spearman rho across checkpoints between each WRO objective (RLHF per beta, h-WRO log/logit, NLHF) and "
+            "its win rate vs the anchor under its own (learned) preference model, both Monte Carlo on independent "
+            "held-out samples; mean over those objectives",
+            wro_rho,
+            WRO_CORRESPONDENCE,
             ">=",
             units=units,
+            paper="paper Fig. 3 (training loss vs win rate); no number in the sources reached",
         ),
-        V.bootstrap_criterion(
+        V.difference_criterion(
             "wro_minus_dpo_correspondence",
-            "the WRO objectives' mean rho minus DPO's |rho| (held-out "
-            "loss vs win rate; |seed-mean rho| per beta, mean over betas)",
-            wro_minus_dpo,
-            [rho[p] for p in wro + dpo],
-            0.0,
-            ">",
-            units=units,
-        ),
-        V.bootstrap_criterion(
-            "fraction_beats_optimum_ranking",
-            "Spearman over all runs of (fraction of optimum reached, "
-            "final win rate) minus Spearman of (win rate at the objective's optimum, final win rate)",
-            fraction_minus_expected,
-            [per_seed(p, "win_rate") for p in prefixes] + [per_seed(p, "fraction_of_optimum") for p in prefixes],
+            "the WRO objectives' mean rho minus DPO's mean |rho| (held-out loss vs its own win rate, under the "
+            "labeller of its pairs), per seed",
+            wro_rho,
+            dpo_abs_rho,
             0.0,
             ">",
             units=units,
         ),
     ]
-    figures = {
-        "oracle_wro_mean_spearman_objective_wr": float(np.mean([v[p + "/spearman_objective_wr"] for p in oracle_wro])),
-        "rlhf_learned_reward_spearman_objective_wr": v["method/spearman_objective_wr"],
-        "dpo_mean_abs_spearman_heldout_loss_wr": dpo_rho,
-        "spearman_fraction_vs_final_wr": v["runs/spearman_fraction_vs_final_wr"],
-        "spearman_expected_vs_final_wr": v["runs/spearman_expected_vs_final_wr"],
-        "rlhf_win_rate": v["method/win_rate"],
-        "dpo_win_rate": v["baseline/win_rate"],
-        "max_win_rate": v["anchor/max_win_rate"],
-        "tabular_sft_closed_form": v["tabular/uniform_sft_closed_form"],
-        "tabular_sft_trained": v["tabular/uniform_sft_trained"],
-        "tabular_wro_trained": v["tabular/uniform_wro_trained"],
-    }
+    for family in families(cfg):
+        success = np.array([v[f"family_{family}/seed{k}/spearman_success_vs_wr"] for k in seeds])
+        solution = np.array([v[f"family_{family}/seed{k}/spearman_solution_vs_wr"] for k in seeds])
+        criteria.append(
+            V.difference_criterion(
+                f"success_ranks_{family}_family",
+                f"within the {family.upper()} family (every beta x lr run of a seed): Spearman(fraction of the "
+                "objective's optimum reached, final MC oracle win rate) minus Spearman(win rate at the "
+                "objective's optimum, final win rate)",
+                success,
+                solution,
+                0.0,
+                ">",
+                units=units,
+                paper="abstract: optimisation success predicts performance better than the objective's solution",
+            )
+        )
     t = "tabular/uniform_"
     sanity = {
-        # Exact values that must hold at any scale (the brief's table).
-        "anchor_win_rate_is_half": abs(v[t + "anchor_wr"] - 0.5) < 1e-9 and abs(v["anchor/win_rate"] - 0.5) < 1e-6,
+        "anchor_win_rate_is_half": abs(v[t + "anchor_wr"] - 0.5) < 1e-9
+        and abs(v["anchor/win_rate_vs_itself"] - 0.5) <= 4 * v["anchor/win_rate_standard_error_bound"],
         "sft_closed_form_0.592": abs(v[t + "sft_closed_form"] - 0.592) < 1e-3,
         "sft_optimum_sums_to_one": abs(v[t + "sft_optimum_mass"] - 1.0) < 1e-9,
         "wro_optimum_0.819": abs(v[t + "wro_optimum"] - 0.819) < 1e-3,
         "rlhf_optimum_b1_0.713": abs(v.get(t + "rlhf_optimum_b1", 0.713) - 0.713) < 1e-3,
-        "anchor_distribution_sums_to_one": abs(v["anchor/mass"] - 1.0) < 1e-6,
+        "tilted_chain_normalised": v["checks/tilted_chain_mass_error"] < 1e-9,
+        "judge_above_chance": v["judge/heldout_acc"] >= 0.5 + JUDGE_CHANCE_MARGIN,
     }
-    if cfg.scale == Scale.default:
+    if cfg.scale == Scale.default:  # smoke's few steps cannot move an arm far: these gates need the full budget
+        for prefix in ("method", "baseline"):
+            name, ok = learns_task(prefix, v[f"{prefix}/fraction_of_optimum"], LEARNS_FRACTION)
+            sanity[name] = ok
         sanity["tabular_sft_within_0.01_of_closed_form"] = abs(v[t + "sft_trained"] - v[t + "sft_closed_form"]) <= 0.01
         sanity["tabular_wro_reaches_0.81"] = v[t + "wro_trained"] >= 0.81
         sanity["tabular_dpo_within_0.02_of_beta_optimum"] = all(
             abs(v[t + f"dpo_trained_b{b:g}"] - v[t + f"rlhf_optimum_b{b:g}"]) <= 0.02 for b in cfg.tabular.betas
         )
+    figures = {
+        "wro_id_spearman_objective_wr_noise_floor": v["wro_id/spearman_objective_wr"],
+        "wro_mean_spearman_objective_oracle_wr": float(np.mean([v[f"{p}/spearman_objective_oracle_wr"] for p in wro])),
+        "method_win_rate": v["method/win_rate"],
+        "baseline_win_rate": v["baseline/win_rate"],
+        "method_expected_win_rate": v["method/expected_win_rate"],
+        "baseline_expected_win_rate": v["baseline/expected_win_rate"],
+        "judge_best_response_win_rate": v["anchor/max_win_rate_judge_best"],
+        "judge_heldout_acc": v["judge/heldout_acc"],
+        "tabular_sft_trained": v[t + "sft_trained"],
+        "tabular_wro_trained": v[t + "wro_trained"],
+    }
     statement = (
-        "WRO objectives (RLHF, NLHF, direct h-WRO) show win-rate correspondence: Spearman rho between the exact "
-        "objective and the exact win rate vs the anchor across checkpoints >= 0.9 on average, with DPO's held-out "
-        "loss tracking the win rate more weakly (|rho| lower); and optimisation success (fraction of each "
-        "objective's optimum reached) ranks the final win rates better than the win rate at each objective's "
-        "optimum does. Tabular closed forms (SFT 2E_q[w^2] = 0.592, WRO max w = 0.819, DPO -> beta-optimum) must hold."
+        "WRO objectives (RLHF, NLHF, direct h-WRO) track their win rate vs the anchor under their own preference "
+        "model (Monte-Carlo estimates on held-out samples; mean Spearman rho across checkpoints >= 0.9) better than "
+        "DPO's held-out loss tracks its own; and within one family of objectives (RLHF or DPO over beta x lr), the "
+        "fraction of the objective's optimum reached ranks final win rates better than the win rate at the "
+        "objective's optimum does, in a response space too large to enumerate. Tabular closed forms must hold."
     )
     notes = (
-        f"final WR: rlhf {v['method/win_rate']:.3f}, dpo {v['baseline/win_rate']:.3f}, sft {v['sft/win_rate']:.3f}, "
-        f"wro_id {v['wro_id/win_rate']:.3f}, nlhf {v['nlhf/win_rate']:.3f} (max {v['anchor/max_win_rate']:.3f}); "
-        f"intervals over {cfg.n_seeds} paired seed(s); win rates and objectives are exact (enumerated responses), so "
-        "the seeds' training noise is the only noise."
+        "SYNTHETIC data (no LLM weights or HH-RLHF train split offline). Final MC oracle win rates: "
+        + ", ".join(f"{a} {v[metric_prefix(cfg, a) + '/win_rate']:.3f}" for a in arms(cfg))
+        + f"; judge best response {v['anchor/max_win_rate_judge_best']:.3f}; intervals over {cfg.n_seeds} paired "
+        "seed(s); MC standard error of a final win rate <= "
+        f"{0.5 / math.sqrt(cfg.test_samples * cfg.data.n_prompts):.3f}."
     )
     return ClaimResult(statement, criteria, sanity, figures, notes)

@@ -1,4 +1,5 @@
-"""Core maths of win_rate: closed forms, exact enumeration, unbiased RLOO gradients, data loaders, smoke pipeline."""
+"""Core maths of win_rate: closed forms, chain dynamic programming against brute force, unbiased RLOO
+gradients, the judge, the data loaders, claim() on hand-built metrics, the shared smoke run."""
 
 from __future__ import annotations
 
@@ -12,22 +13,24 @@ import torch
 
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
-from models.base import ValidationError  # noqa: E402
-from models.common.tiny_lm import LMConfig, TinyLM, sequence_logprob  # noqa: E402
-from models.win_rate import SPEC  # noqa: E402
+from models.base import (
+    Metrics,  # noqa: E402
+    ValidationError,  # noqa: E402
+)
 from models.win_rate import algorithm as alg  # noqa: E402
+from models.win_rate import pipeline as P  # noqa: E402
 from models.win_rate.config import Config, DataConfig  # noqa: E402
 from models.win_rate.data import (  # noqa: E402
-    all_responses,
-    exact_logprobs,
+    anchor_table,
     load_pairs_jsonl,
-    make_tokenizer,
-    oracle_reward,
-    response_index,
-    sample_responses,
+    reward_table,
+    sample_chain,
+    sample_pairs,
     save_npz,
-    token_ids,
+    score,
+    score_rows,
 )
+from models.win_rate.training import Row, Task, fit_judge, mc_evaluate  # noqa: E402
 
 torch.set_num_threads(1)
 R8 = np.linspace(-2, 2, 8)
@@ -71,31 +74,6 @@ def test_sft_optimum_is_the_winner_distribution_of_a_random_pair(seed):
     assert np.max(np.abs(freq - pi)) < 5e-3
 
 
-def test_kl_optimum_maximises_the_regularised_objective():
-    rng = np.random.default_rng(0)
-    q, r = rng.dirichlet(np.ones(7)), rng.normal(size=7)
-    for beta in (0.1, 1.0, 3.0):
-        best = alg.kl_optimum(q, r, beta)
-        value = alg.kl_objective(best, q, r, beta)
-        assert value == pytest.approx(alg.kl_objective_max(q, r, beta), abs=1e-10)
-        for _ in range(20):
-            other = np.abs(best + 0.05 * rng.normal(size=7))
-            assert alg.kl_objective(other / other.sum(), q, r, beta) <= value + 1e-12
-
-
-def test_grouped_h_values_match_the_full_matrix_for_every_h():
-    rng = np.random.default_rng(3)
-    r = rng.integers(0, 4, size=(2, 30)).astype(float) * 0.7  # few distinct values, as the oracle's
-    q = rng.dirichlet(np.ones(30), size=2)
-    for h in alg.H_FUNCTIONS:
-        grouped = alg.bt_values_grouped(r, q, h)
-        full = np.stack([alg.h_values(alg.bt_matrix(r[k]), q[k], h) for k in range(2)])
-        assert np.allclose(grouped, full, atol=1e-10)
-    # All h agree on the best response under BT (win-rate consistency of every h-WRO).
-    best = {h: alg.bt_values_grouped(r, q, h).argmax(1) for h in alg.H_FUNCTIONS}
-    assert all(np.array_equal(r[np.arange(2), best[h]], r.max(1)) for h in best)
-
-
 def test_bt_fit_recovers_bt_rewards_and_nontransitive_matrix_is_a_preference():
     assert np.allclose(alg.bt_fit(alg.bt_matrix(R8), U8), R8 - R8.mean(), atol=1e-8)
     Pn = alg.nontransitive_matrix(R8 * 0, 3.0)
@@ -126,128 +104,195 @@ def test_spearman_and_fraction_of_optimum():
 
 # ----------------------------------------------------------------------------- the sequence task
 
-TINY = DataConfig(n_prompts=2, n_symbols=3, response_length=3, lm={"n_embd": 8, "n_layer": 1, "n_head": 2})
+SMALL = dict(n_prompts=2, n_symbols=3, response_length=11)  # 3^11 > the enumeration bound: a valid config
 
 
-def _tiny_policy(seed=0) -> tuple[TinyLM, object]:
-    tok = make_tokenizer(TINY)
-    torch.manual_seed(seed)
-    model = TinyLM(LMConfig(vocab_size=len(tok), n_positions=4, n_embd=8, n_layer=1, n_head=2))
-    with torch.no_grad():
-        model.wte.weight.mul_(40)  # a non-uniform policy
-    return model.eval(), tok
+def _all_responses(V, L):
+    return torch.as_tensor(np.indices((V,) * L).reshape(L, -1).T.copy())
 
 
-def test_response_enumeration_and_index_are_inverse():
-    grid = all_responses(3, 4)
-    assert grid.shape == (81, 4) and len({tuple(g) for g in grid}) == 81
-    assert np.array_equal(response_index(grid, 3), np.arange(81))
+def _tiny_world(V=3, L=4, K=2, seed=0):
+    """A random chain and additive reward small enough to enumerate (for brute-force references)."""
+    rng = np.random.default_rng(seed)
+    log_q = np.log(rng.dirichlet(np.ones(V), size=(K, L, V)))
+    phi = rng.normal(size=(K, L, V, V))
+    return log_q, phi, _all_responses(V, L)
 
 
-def test_exact_logprobs_match_direct_scoring_and_normalise():
-    model, tok = _tiny_policy()
-    table = exact_logprobs(model, tok, TINY)
-    assert table.shape == (2, 27)
-    assert torch.allclose(table.exp().sum(1), torch.ones(2), atol=1e-5)
-    responses = torch.as_tensor(all_responses(3, 3))
-    sym = [tok.id(c) for c in "abc"]
-    for k in range(2):
-        ids = token_ids(tok, TINY, torch.full((27,), k), responses)
-        logits = model(ids[:, :-1])[..., sym]
-        direct = torch.log_softmax(logits, -1).gather(-1, responses[..., None])[..., 0].sum(1)
-        assert torch.allclose(table[k], direct, atol=1e-5)
-    # Unrestricted scoring differs only by the mass on non-symbol tokens (tiny here but nonzero).
-    full = sequence_logprob(
-        model,
-        token_ids(tok, TINY, torch.zeros(27, dtype=torch.long), responses),
-        torch.tensor([[0, 1, 1, 1]]).expand(27, 4),
+def _brute(table, k, ys):
+    return score(torch.as_tensor(table), torch.full((len(ys),), k), ys).numpy()
+
+
+def test_reward_table_by_hand():
+    cfg = DataConfig(**SMALL, liked_weight=1.5, bigram_bonus=1.0, run_penalty=0.5)
+    prefs = {"liked": np.array([[0, 1], [1, 2]]), "bigram": np.array([[2, 1], [0, 1]])}
+    phi = torch.as_tensor(reward_table(cfg, prefs))
+    y = torch.tensor([[0, 0, 2, 1, 1, 2, 2, 2, 0, 1, 0]])
+    liked = 1.5 * 7  # symbols 0/1 at 7 positions
+    expected = liked + 1.0 * 1 - 0.5 * 4  # one (2, 1) bigram; runs 00, 11, 22, 22
+    assert score(phi, torch.tensor([0]), y).item() == pytest.approx(expected)
+
+
+def test_chain_sampling_follows_the_chain_and_pairs_follow_bradley_terry():
+    log_q, phi, ys = _tiny_world(V=3, L=3, K=1)
+    n = 40_000
+    y = sample_chain(
+        torch.as_tensor(log_q)[None],
+        torch.zeros(n, dtype=torch.long),
+        torch.zeros(n, dtype=torch.long),
+        torch.Generator().manual_seed(0),
     )
-    assert torch.all(full <= table[0] + 1e-6)
+    index = (y * torch.tensor([9, 3, 1])).sum(1).numpy()
+    freq = np.bincount(index, minlength=27) / n
+    p = np.exp(_brute(log_q, 0, ys))
+    assert p.sum() == pytest.approx(1.0)
+    assert np.all(np.abs(freq - p) < 5 * np.sqrt(p * (1 - p) / n) + 1e-4)  # 27 cells: a 5-sd band
+    pairs = sample_pairs(log_q, phi, 20_000, np.random.default_rng(1))
+    r = torch.as_tensor(phi)
+    margin = score(r, torch.as_tensor(pairs["prompt"]), torch.as_tensor(pairs["chosen"])) - score(
+        r, torch.as_tensor(pairs["prompt"]), torch.as_tensor(pairs["rejected"])
+    )
+    # E[label = chosen first | pair] = sigma(margin): the chosen response wins at rate E sigma(|m|) on average.
+    assert float((margin > 0).double().mean()) > 0.5
 
 
-def test_sampling_follows_the_exact_distribution():
-    model, tok = _tiny_policy()
-    n = 30_000
-    y = sample_responses(model, tok, TINY, torch.zeros(n, dtype=torch.long), torch.Generator().manual_seed(0))
-    freq = np.bincount(response_index(y.numpy(), 3), minlength=27) / n
-    p = exact_logprobs(model, tok, TINY)[0].exp().detach().numpy()
-    assert np.all(np.abs(freq - p) < 4 * np.sqrt(p * (1 - p) / n) + 1e-4)
+def test_tilted_chain_is_the_kl_optimum_by_brute_force():
+    log_q, phi, ys = _tiny_world()
+    for beta in (0.3, 1.0, 3.0):
+        table, log_z = alg.tilted_chain(log_q, phi, beta)
+        for k in range(2):
+            logits = _brute(log_q, k, ys) + _brute(phi, k, ys) / beta
+            assert log_z[k] == pytest.approx(np.logaddexp.reduce(logits), abs=1e-10)
+            assert np.allclose(_brute(table, k, ys), logits - np.logaddexp.reduce(logits), atol=1e-10)
+            pi = np.exp(logits - np.logaddexp.reduce(logits))
+            q = np.exp(_brute(log_q, k, ys))
+            value = pi @ _brute(phi, k, ys) - beta * np.sum(pi * (np.log(pi) - np.log(q)))
+            assert value == pytest.approx(alg.kl_optimum_value(log_q, phi, beta)[k], abs=1e-9)
 
 
-def test_oracle_reward_by_hand():
-    cfg = DataConfig(n_prompts=1, n_symbols=4, response_length=4, liked_weight=1.5, bigram_bonus=1.0, run_penalty=0.5)
-    prefs = {"liked": np.array([[0, 1]]), "bigram": np.array([[2, 3]])}
-    responses = np.array([[0, 0, 2, 3], [3, 3, 3, 3], [1, 2, 3, 0]])
-    r = oracle_reward(cfg, prefs, responses)[0]
-    assert r[0] == pytest.approx(1.5 * math.sqrt(2) + 1.0 - 0.5 * 1)
-    assert r[1] == pytest.approx(0.0 + 0.0 - 0.5 * 3)
-    assert r[2] == pytest.approx(1.5 * math.sqrt(2) + 1.0)
+def test_best_response_and_chain_expectation_by_brute_force():
+    log_q, phi, ys = _tiny_world(seed=4)
+    y_best, r_best = alg.best_response(phi)
+    expectation = alg.chain_expectation(log_q, phi)
+    for k in range(2):
+        rewards = _brute(phi, k, ys)
+        assert r_best[k] == pytest.approx(rewards.max())
+        assert _brute(phi, k, torch.as_tensor(y_best[k : k + 1]))[0] == pytest.approx(rewards.max())
+        assert expectation[k] == pytest.approx(np.exp(_brute(log_q, k, ys)) @ rewards, abs=1e-10)
+
+
+def _task(log_q, phi, phi_hat, n_pairs=8):
+    rng = np.random.default_rng(0)
+    pairs = {k: torch.as_tensor(v) for k, v in sample_pairs(log_q, phi, n_pairs, rng).items()}
+    _, r_hat_max = alg.best_response(phi_hat)
+    return Task(
+        torch.as_tensor(log_q), torch.as_tensor(phi), torch.as_tensor(phi_hat), torch.as_tensor(r_hat_max), pairs, pairs
+    )
+
+
+def test_mc_win_rates_match_the_enumerated_values():
+    log_q, phi, ys = _tiny_world(seed=2)
+    task = _task(log_q, phi, phi * 0.5)
+    tilted, _ = alg.tilted_chain(log_q, phi, 0.5)
+    tables = torch.as_tensor(np.stack([log_q, tilted]))
+    rows = [Row("dpo_b0.5", "dpo", 0.1, 0, 0.5), Row("rlhf_b0.5", "rlhf", 0.1, 0, 0.5)]
+    est = mc_evaluate(task, tables, rows, 20_000, torch.Generator().manual_seed(0), objective=True)
+    for i, table in enumerate((log_q, tilted)):
+        for key, reward in (("wr_oracle", phi), ("wr_judge", phi * 0.5)):
+            exact = np.mean(
+                [
+                    np.exp(_brute(table, k, ys))
+                    @ alg.sigmoid(_brute(reward, k, ys)[:, None] - _brute(reward, k, ys)[None])
+                    @ np.exp(_brute(log_q, k, ys))
+                    for k in range(2)
+                ]
+            )
+            assert float(est[key][i]) == pytest.approx(exact, abs=0.01), (i, key)
+    assert float(est["wr_own"][0]) == float(est["wr_oracle"][0])  # DPO: its pairs' labeller
+    assert float(est["wr_own"][1]) == float(est["wr_judge"][1])  # RLHF: the judge it optimises
+    rlhf_value = alg.kl_optimum_value(log_q, phi * 0.5, 0.5).mean()  # the tilted chain of phi/2 at beta 0.5 ...
+    tilted_half, _ = alg.tilted_chain(log_q, phi * 0.5, 0.5)
+    est2 = mc_evaluate(
+        task, torch.as_tensor(tilted_half)[None], rows[1:], 20_000, torch.Generator().manual_seed(1), True
+    )
+    assert float(est2["objective"][0]) == pytest.approx(rlhf_value, abs=0.03)  # ... attains RLHF's optimum
 
 
 @pytest.mark.parametrize("kind", ["wro", "rlhf"])
-def test_rloo_gradient_is_unbiased_for_the_exact_objective(kind, tmp_path):
-    """The RLOO surrogate's gradient, averaged over many groups, matches the exact objective's gradient."""
-    from models.win_rate import pipeline as P
+def test_rloo_gradient_is_unbiased_for_the_exact_objective(kind):
+    """The RLOO surrogate's gradient, over many groups, points along the exact objective's gradient."""
+    from models.win_rate.training import PreferenceLearner
 
-    model, tok = _tiny_policy(1)
-    cfg = Config(data=TINY, group_size=4, batch_prompts=4000, kl_beta=0.5)
-    task = P.Task.__new__(P.Task)
-    task.cfg, task.d, task.tok = cfg, TINY, tok
-    task.anchor = model
+    log_q, phi, ys = _tiny_world(V=3, L=3, seed=3)
+    phi_hat = np.random.default_rng(5).normal(size=phi.shape)
+    task = _task(log_q, phi, phi_hat)
+    cfg = Config.for_scale(
+        "smoke", {"data.n_symbols": 3, "data.response_length": 11, "group_size": 4, "batch_prompts": 4000}
+    )
+    row = Row("x", kind, 0.1, 0, 0.5, "id")
+    module = PreferenceLearner(task, [row], cfg, 1, 0)
     with torch.no_grad():
-        task.log_q = (exact_logprobs(model, tok, TINY) * 0.5).log_softmax(1).double()  # anchor != policy
-    task.q = task.log_q.exp().numpy()
-    task.q_cdf = task.log_q.exp().cumsum(1)
+        module.policies.groups[0].normal_(generator=torch.Generator().manual_seed(2))
+    loss = module.online_loss(module.policies.log_tables())
+    (estimate,) = torch.autograd.grad(loss, list(module.policies.groups))
+    tables = module.policies.log_tables().double()
+    value = 0
+    for k in range(2):
+        logp = score_rows(tables, torch.zeros(len(ys), dtype=torch.long), torch.full((len(ys),), k), ys)
+        pi, q = logp.exp(), torch.as_tensor(np.exp(_brute(log_q, k, ys)))
+        r_hat = torch.as_tensor(_brute(phi_hat, k, ys))
+        if kind == "wro":
+            value = value + pi @ torch.sigmoid(r_hat[:, None] - r_hat[None]) @ q
+        else:
+            value = value + pi @ r_hat - 0.5 * (pi * (logp - q.log())).sum()
+    (exact,) = torch.autograd.grad(-value / 2, list(module.policies.groups))
+    g_est, g_exact = estimate.flatten().double(), exact.flatten().double()
+    assert torch.dot(g_est, g_exact) / (g_est.norm() * g_exact.norm()) > 0.9
+
+
+def test_judge_recovers_the_oracle_from_many_pairs():
+    cfg = DataConfig(**SMALL)
     rng = np.random.default_rng(0)
-    task.reward = rng.normal(size=(2, 27))
-    task.w = alg.bt_values_grouped(task.reward, task.q, "id")
-    task.heldout = {
-        k: torch.zeros((1, 3) if k != "prompt" else (1,), dtype=torch.long) for k in ("prompt", "chosen", "rejected")
-    }
-    task.sym = torch.as_tensor([tok.id(c) for c in "abc"])
-    r_hat = rng.normal(size=(2, 27))
-    spec = {"kind": kind, "h": "id"} if kind == "wro" else {"kind": "rlhf", "beta": 0.5}
-    module = P.PreferenceLearner(model, task, spec, cfg, r_hat if kind == "rlhf" else None, seed=0)
-    params = [p for p in model.parameters()]
-    loss, _ = module.rollout_loss(torch.randint(0, 2, (cfg.batch_prompts,), generator=torch.Generator().manual_seed(1)))
-    estimate = torch.autograd.grad(loss, params)
-    pi = exact_logprobs(model, tok, TINY).double().exp()
-    if kind == "wro":
-        objective = (pi * torch.as_tensor(task.w)).sum(1).mean()
-    else:
-        rh = torch.as_tensor(r_hat)
-        objective = ((pi * rh).sum(1) - 0.5 * (pi * (pi.log() - task.log_q)).sum(1)).mean()
-    exact = torch.autograd.grad(-objective, params)
-    g_est = torch.cat([g.flatten() for g in estimate]).double()
-    g_exact = torch.cat([g.flatten() for g in exact]).double()
-    cos = torch.dot(g_est, g_exact) / (g_est.norm() * g_exact.norm())
-    assert cos > 0.9, cos
+    log_q = anchor_table(cfg, rng)
+    phi = reward_table(cfg, {"liked": np.array([[0, 1], [1, 2]]), "bigram": np.array([[2, 1], [0, 1]])})
+    pairs = {k: torch.as_tensor(v) for k, v in sample_pairs(log_q, phi, 20_000, rng).items()}
+    judge = fit_judge((2, 11, 3), pairs, 1e-5)
+    ys = sample_chain(
+        torch.as_tensor(log_q)[None],
+        torch.zeros(2000, dtype=torch.long),
+        torch.zeros(2000, dtype=torch.long),
+        torch.Generator().manual_seed(0),
+    )
+    with torch.no_grad():
+        r_hat = judge(torch.zeros(2000, dtype=torch.long), ys).numpy()
+    r = score(torch.as_tensor(phi), torch.zeros(2000, dtype=torch.long), ys).numpy()
+    assert alg.spearman(r_hat, r) > 0.95
 
 
 def test_pairs_jsonl_loader_reads_both_formats(tmp_path):
-    tok = make_tokenizer(TINY)
+    cfg = DataConfig(**SMALL)
     path = tmp_path / "pairs.jsonl"
     path.write_text(
-        json.dumps({"prompt": "<x1>", "chosen": "abc", "rejected": "cca"})
+        json.dumps({"prompt": "<x1>", "chosen": "abcabcabcab", "rejected": "c c a a b b c c a a b"})
         + "\n"
-        + json.dumps({"chosen": "\n\nHuman: <x0>\n\nAssistant: bba", "rejected": "\n\nHuman: <x0>\n\nAssistant: aab"})
-        + "\n"
-    )
-    pairs = load_pairs_jsonl(path, tok, TINY)  # HH-RLHF: the last human turn is the prompt
-    assert pairs["prompt"].tolist() == [1, 0]
-    path.write_text(
-        json.dumps({"prompt": "<x1>", "chosen": "abc", "rejected": "cca"})
-        + "\n"
-        + json.dumps({"chosen": "<x0> bba", "rejected": "<x0> aab"})
+        + json.dumps(
+            {
+                "chosen": "\n\nHuman: <x0>\n\nAssistant: bbaabbaabba",
+                "rejected": "\n\nHuman: <x0>\n\nAssistant: aabbaabbaab",
+            }
+        )
         + "\n"
     )
-    pairs = load_pairs_jsonl(path, tok, TINY)
+    pairs = load_pairs_jsonl(path, cfg)  # HH-RLHF: the last human turn is the prompt
     assert pairs["prompt"].tolist() == [1, 0]
-    assert pairs["chosen"].tolist() == [[0, 1, 2], [1, 1, 0]]
-    assert pairs["rejected"].tolist() == [[2, 2, 0], [0, 0, 1]]
-    path.write_text(json.dumps({"prompt": "<x0>", "chosen": "ab", "rejected": "abc"}) + "\n")
-    with pytest.raises(ValueError, match="3 symbols"):
-        load_pairs_jsonl(path, tok, TINY)
+    assert pairs["chosen"][0].tolist() == [0, 1, 2] * 3 + [0, 1]
+    assert pairs["rejected"][1].tolist()[:4] == [0, 0, 1, 1]
+    path.write_text(json.dumps({"prompt": "<x0>", "chosen": "ab", "rejected": "abcabcabcab"}) + "\n")
+    with pytest.raises(ValueError, match="11 symbols"):
+        load_pairs_jsonl(path, cfg)
+    path.write_text(json.dumps({"prompt": "<x7>", "chosen": "a" * 11, "rejected": "b" * 11}) + "\n")
+    with pytest.raises(ValueError, match="not one of"):
+        load_pairs_jsonl(path, cfg)
 
 
 def test_save_npz_is_byte_deterministic(tmp_path):
@@ -255,150 +300,109 @@ def test_save_npz_is_byte_deterministic(tmp_path):
     save_npz(tmp_path / "one.npz", **arrays)
     save_npz(tmp_path / "two.npz", **dict(reversed(list(arrays.items()))))
     assert (tmp_path / "one.npz").read_bytes() == (tmp_path / "two.npz").read_bytes()
-    with np.load(tmp_path / "one.npz") as back:
-        assert np.array_equal(back["b"], arrays["b"])
-
-
-def test_prepare_reads_a_user_supplied_anchor_and_pairs(tmp_path, monkeypatch):
-    from models.common.tiny_lm import load_pretrained, save_pretrained
-    from models.win_rate import pipeline as P
-
-    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
-    model, tok = _tiny_policy(5)
-    save_pretrained(model, tmp_path / "data" / "anchor_hf", tok)
-    (tmp_path / "data" / "pairs.jsonl").write_text(
-        "".join(json.dumps({"prompt": f"<x{i % 2}>", "chosen": "abc", "rejected": "cba"}) + "\n" for i in range(6))
-    )
-    cfg = Config.for_scale(
-        "smoke",
-        {
-            "data.n_prompts": 2,
-            "data.n_symbols": 3,
-            "data.response_length": 3,
-            "data.anchor_lm": "anchor_hf",
-            "data.pairs_jsonl": "pairs.jsonl",
-        },
-    )
-    out = tmp_path / "prepared"
-    out.mkdir()
-    ref = P.prepare(cfg, out)
-    assert ref.meta["synthetic"] is False and ref.meta["train_pairs"] == 6
-    ids = token_ids(tok, TINY, torch.tensor([0, 1]), torch.tensor([[0, 1, 2], [2, 2, 2]]))
-    assert torch.equal(load_pretrained(out / P.ANCHOR)(ids), model(ids))
 
 
 def test_config_rejects_bad_values():
+    with pytest.raises(ValidationError, match="too large to enumerate"):
+        Config.for_scale("default", {"data.n_symbols": 4, "data.response_length": 4})  # enumerable
     with pytest.raises(ValidationError):
-        Config.for_scale("default", {"data.n_symbols": 26, "data.response_length": 6})  # too many responses
+        Config.for_scale("default", {"betas": [0.0]})
     with pytest.raises(ValidationError):
-        Config.for_scale("default", {"dpo_betas": [0.0]})
+        Config.for_scale("default", {"lr_grid": []})
     with pytest.raises(ValidationError):
-        Config.for_scale("default", {"data.anchor_lm": "/etc/passwd"})
+        Config.for_scale("default", {"data.pairs_jsonl": "/etc/passwd"})
 
 
 # ----------------------------------------------------------------------------- the pipeline at smoke scale
 
 
-def test_smoke_pipeline(tmp_path):
-    from tasks import steps
-
-    cfg = SPEC.make_config("smoke")
-    ref = steps.prepare(SPEC, cfg, tmp_path)
-    assert {"anchor/config.json", "anchor/model.safetensors", "anchor/vocab.json", "pairs_train.npz"} <= set(ref.files)
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    for name in SPEC.module().variants(cfg):
-        records = artifacts.history[name]
-        assert records[0]["step"] == 0 and records[0]["val/win_rate"] == pytest.approx(0.5, abs=1e-6)
-        assert sum("val/win_rate" in r for r in records) == cfg.checkpoints + 1
-    metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
-    v = metrics.values
-    assert all(0.0 <= v[f"{p}/win_rate"] <= 1.0 for p in ("method", "baseline", "sft", "nlhf"))
-    assert v["method/win_rate"] <= v["anchor/max_win_rate"] + 1e-9
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("win_rate")
+    cfg, v, claim = run.cfg, run.metrics.values, run.claim
+    assert run.dataset.source == "synthetic" and run.dataset.meta["log10_responses_per_prompt"] > 4.7
+    for arm in P.arms(cfg):
+        records = run.artifacts.history[f"{arm}_seed0"]
+        assert records[0]["step"] == 0 and len(records) == cfg.checkpoints + 1
+        p = P.metric_prefix(cfg, arm)
+        assert 0.0 <= v[f"{p}/win_rate"] <= 1.0 and f"{p}/seed0/spearman_objective_wr" in v
+    # Every row starts as the anchor: its MC win rate vs the anchor is 1/2 up to sampling noise.
+    start = run.artifacts.history[f"rlhf_b{cfg.betas[0]:g}_seed0"][0]
+    assert abs(start["val/win_rate_oracle"] - 0.5) < 4 * 0.5 / math.sqrt(cfg.eval_samples * cfg.data.n_prompts)
     assert claim.sane, claim.sanity
-    assert {"spearman_fraction_vs_final_wr", "spearman_expected_vs_final_wr"} <= claim.figures.keys()
-    ranking = claim.criterion("fraction_beats_optimum_ranking")
-    assert ranking.estimate == pytest.approx(
-        v["runs/spearman_fraction_vs_final_wr"] - v["runs/spearman_expected_vs_final_wr"]
+    assert {c.name for c in claim.criteria} == {
+        "wro_correspondence",
+        "wro_minus_dpo_correspondence",
+        "success_ranks_rlhf_family",
+        "success_ranks_dpo_family",
+    }
+    wro = [P.metric_prefix(cfg, a) for a in P.correspondence_arms(cfg)]
+    assert "wro_id" not in wro and claim.criterion("wro_correspondence").estimate == pytest.approx(
+        np.mean([v[f"{p}/seed0/spearman_objective_wr"] for p in wro])
     )
-    wro = [p for p in ("method", "nlhf", "wro_id", "wro_log", "wro_logit")]
-    assert claim.criterion("wro_correspondence").estimate == pytest.approx(
-        np.mean([v[f"{p}/spearman_objective_wr"] for p in wro])
-    )
-    # One seed at smoke: no interval, so no criterion can hold.
     assert all(c.n_units == 1 and c.state != "holds" for c in claim.criteria) and claim.verdict != "holds"
-    policy = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
-    assert isinstance(policy, TinyLM)
+    assert isinstance(P.load_model(cfg, run.layout.model_dir), torch.nn.Module)
 
 
-def _claim_metrics(cfg, wro_rho, dpo_rho, finals=None, fractions=None):
-    """Every key claim() reads, per seed: each WRO objective's rho = wro_rho[k], each DPO beta's = dpo_rho[k];
-    final win rates and fractions of optimum per variant (rows) and seed (columns)."""
-    from models.base import Metrics
-    from models.win_rate.pipeline import metric_prefix, variants
-
-    names = variants(cfg)
-    n = len(names)
-    finals = np.tile(np.linspace(0.5, 0.9, n)[:, None], (1, cfg.n_seeds)) if finals is None else finals
-    fractions = finals if fractions is None else fractions  # ranks the finals perfectly
+def _claim_metrics(cfg, wro_rho, dpo_rho, success, solution):
+    """Every key claim() reads: per seed, each judged WRO objective's rho = wro_rho[k], each DPO beta's = dpo_rho[k],
+    and per family the two ranking correlations."""
     v = {}
-    for i, (name, spec) in enumerate(names.items()):
-        p = metric_prefix(cfg, name)
-        rho = np.asarray(dpo_rho if spec["kind"] == "dpo" else wro_rho, float)
+    for arm, spec in P.arms(cfg).items():
+        p = P.metric_prefix(cfg, arm)
+        rho = dpo_rho if spec["kind"] == "dpo" else wro_rho
         for k in range(cfg.n_seeds):
-            v.update(
-                {
-                    f"{p}/seed{k}/spearman_objective_wr": rho[k],
-                    f"{p}/seed{k}/win_rate": finals[i, k],
-                    f"{p}/seed{k}/fraction_of_optimum": fractions[i, k],
-                }
-            )
-        # The win rate at the optimum ranks them in reverse: a clear loser against the fraction.
+            v[f"{p}/seed{k}/spearman_objective_wr"] = float(rho[k])
         v.update(
             {
-                f"{p}/spearman_objective_wr": float(rho.mean()),
-                f"{p}/expected_win_rate": 1.0 - 0.05 * i,
-                f"{p}/win_rate": float(finals[i].mean()),
+                f"{p}/{key}": 0.6
+                for key in (
+                    "spearman_objective_wr",
+                    "spearman_objective_oracle_wr",
+                    "win_rate",
+                    "expected_win_rate",
+                    "fraction_of_optimum",
+                )
             }
         )
+    for family in P.families(cfg):
+        for k in range(cfg.n_seeds):
+            v[f"family_{family}/seed{k}/spearman_success_vs_wr"] = float(success[k])
+            v[f"family_{family}/seed{k}/spearman_solution_vs_wr"] = float(solution[k])
     t = "tabular/uniform_"
     v.update(
         {
-            "anchor/max_win_rate": 0.95,
-            "anchor/win_rate": 0.5,
-            "anchor/mass": 1.0,
             t + "anchor_wr": 0.5,
             t + "sft_closed_form": 0.592,
-            t + "sft_trained": 0.59,
             t + "sft_optimum_mass": 1.0,
             t + "wro_optimum": 0.819,
-            t + "wro_trained": 0.815,
             t + "rlhf_optimum_b1": 0.713,
-            "runs/spearman_fraction_vs_final_wr": 1.0,
-            "runs/spearman_expected_vs_final_wr": -1.0,
+            t + "sft_trained": 0.59,
+            t + "wro_trained": 0.815,
+            "anchor/win_rate_vs_itself": 0.5,
+            "anchor/win_rate_standard_error_bound": 0.01,
+            "anchor/max_win_rate_judge_best": 0.8,
+            "checks/tilted_chain_mass_error": 0.0,
+            "judge/heldout_acc": 0.7,
         }
     )
     return Metrics(v)
 
 
-def test_claim_criteria_hold_with_consistent_seeds_and_fail_below_threshold():
-    from models.win_rate.pipeline import claim
-
+def test_claim_holds_fails_and_is_inconclusive_on_hand_built_metrics():
     cfg = Config.for_scale("smoke", {"n_seeds": 3})
-    result = claim(cfg, _claim_metrics(cfg, [0.95, 0.96, 0.97], [0.3, -0.2, 0.4]))
-    assert result.verdict == "holds", [c.describe() for c in result.criteria]
-    gap = result.criterion("wro_minus_dpo_correspondence")
-    assert gap.estimate == pytest.approx(0.96 - abs(np.mean([0.3, -0.2, 0.4]))) and gap.n_units == 3
-    assert result.criterion("fraction_beats_optimum_ranking").estimate == pytest.approx(2.0)
-    low = claim(cfg, _claim_metrics(cfg, [0.70, 0.75, 0.72], [0.3, -0.2, 0.4]))
+    good = P.claim(cfg, _claim_metrics(cfg, [0.95, 0.96, 0.97], [0.3, -0.2, 0.4], [0.9, 0.8, 0.85], [0.1, 0.0, -0.1]))
+    assert good.verdict == "holds", [c.describe() for c in good.criteria]
+    gap = good.criterion("wro_minus_dpo_correspondence")
+    assert gap.estimate == pytest.approx(0.96 - np.mean([0.3, 0.2, 0.4])) and gap.n_units == 3
+    assert good.criterion("success_ranks_dpo_family").estimate == pytest.approx(0.85)
+    low = P.claim(cfg, _claim_metrics(cfg, [0.70, 0.75, 0.72], [0.3, -0.2, 0.4], [0.9, 0.8, 0.85], [0.1, 0.0, -0.1]))
     assert low.criterion("wro_correspondence").state == "fails" and low.verdict == "fails"
-
-
-def test_wro_correspondence_is_inconclusive_when_seeds_straddle_0_9():
-    from models.win_rate.pipeline import claim
-
-    cfg = Config.for_scale("smoke", {"n_seeds": 3})
-    # Mean 0.93 >= 0.9 (today's boolean: holds), but 3 seeds this far apart leave 0.9 inside the t interval.
-    result = claim(cfg, _claim_metrics(cfg, [0.99, 0.84, 0.96], [0.1, 0.0, 0.1]))
-    rho = result.criterion("wro_correspondence")
+    # Mean 0.93 >= 0.9, but three seeds this far apart leave 0.9 inside the t interval.
+    wide = P.claim(cfg, _claim_metrics(cfg, [0.99, 0.84, 0.96], [0.1, 0.0, 0.1], [0.5, -0.3, 0.4], [0.0, 0.0, 0.0]))
+    rho = wide.criterion("wro_correspondence")
     assert rho.estimate == pytest.approx(0.93) and rho.low < 0.9 < rho.high and rho.state == "inconclusive"
-    assert result.verdict == "inconclusive"
+    assert wide.criterion("success_ranks_rlhf_family").state == "inconclusive" and wide.verdict == "inconclusive"
+    reversed_ = P.claim(
+        cfg, _claim_metrics(cfg, [0.95, 0.96, 0.97], [0.1, 0.0, 0.1], [-0.5, -0.6, -0.4], [0.5, 0.6, 0.4])
+    )
+    assert reversed_.criterion("success_ranks_rlhf_family").state == "fails"

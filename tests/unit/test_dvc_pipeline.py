@@ -49,9 +49,9 @@ def test_each_method_depends_on_exactly_the_shared_code_it_imports(stages):
         assert code == {"models/base.py", "tasks/steps.py", *shared_modules(slug)}, name
 
 
-def test_only_the_tiny_lm_methods_depend_on_it(stages):
+def test_only_the_tiny_lm_method_depends_on_it(stages):
     users = {slug for slug in METHODS if TINY_LM in shared_modules(slug)}
-    assert users == {"win_rate", "self_ref"}  # the two methods whose code imports it today
+    assert users == {"self_ref"}  # the one method whose code imports it today
     for name, stage in stages.items():
         covered = any(_covers(d.def_path, TINY_LM) for d in stage.deps)
         assert covered == (name.split("@")[1] in users), name
