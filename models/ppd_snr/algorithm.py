@@ -164,17 +164,7 @@ def snr_estimate_rel_se(p: Problem, k_samples: int, repeats: int) -> float:
     turned into the central moments of a mean of K weights. Large when Delta is: the sample sd of
     heavy-tailed weights is then unreliable (the brief's pitfall).
     """
-    try:
-        raw = [1.0] + [math.exp(log_normalised_moment(p, j)) for j in (2, 3, 4)]
-    except OverflowError:
-        return math.inf
-    mu2 = raw[1] - 1
-    mu3 = raw[2] - 3 * raw[1] + 2
-    mu4 = raw[3] - 4 * raw[2] + 6 * raw[1] - 3
-    k = k_samples
-    c2, c3, c4 = mu2 / k, mu3 / k**2, (mu4 + 3 * (k - 1) * mu2**2) / k**3
-    var_log = c2 + (c4 - c2**2) / (4 * c2**2) - c3 / c2
-    return math.sqrt(max(var_log, 0.0) / repeats)
+    return _snr_rel_se([log_normalised_moment(p, j) for j in (2, 3, 4)], k_samples, repeats)
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -294,3 +284,316 @@ def gpd_shape(x: np.ndarray) -> float:
     theta_post = float(np.sum(theta * weights) / weights.sum())
     xi_hat = float(np.log1p(-theta_post * x).mean())
     return (n * xi_hat + 10 * 0.5) / (n + 10)  # PSIS's prior: 10 pseudo-observations at xi = 0.5
+
+
+# ----------------------------------------------------------------------------- targets beyond the Gaussian mean
+# A target bundles q(z) (a Gaussian: the exact posterior, or a Laplace approximation of it), the test-set
+# log-likelihood log p(D*|z) and the exact answers the estimators are judged against. ``log_joint`` is
+# log q(z) + log p(D*|z) - ``offset`` (a data constant that keeps the weights O(1) in training).
+
+
+class GaussianDensity:
+    """N(mean, S S^T) with S lower-triangular (full) or diag(std) (``tril`` None): draws and log density."""
+
+    def __init__(self, mean, std=None, tril=None, device: str = "cpu") -> None:
+        self.mean = _t(mean, device)
+        self.tril = None if tril is None else _t(tril, device)
+        self.std = None if std is None else _t(std, device)
+        self.d = len(self.mean)
+
+    def transform(self, eps: torch.Tensor) -> torch.Tensor:
+        return self.mean + (eps * self.std if self.tril is None else eps @ self.tril.T)
+
+    def log_prob(self, z: torch.Tensor) -> torch.Tensor:
+        if self.tril is None:
+            return diag_normal_logpdf(z, self.mean, self.std)
+        white = torch.linalg.solve_triangular(self.tril, (z - self.mean).T, upper=False).T
+        log_det = torch.log(torch.diagonal(self.tril)).sum()
+        return -0.5 * (white**2).sum(-1) - log_det - 0.5 * self.d * LOG_2PI
+
+
+class GaussianMeanTarget:
+    """The conjugate Gaussian-mean ``Problem`` seen through the target interface (for the proposal fit)."""
+
+    def __init__(self, p: Problem, device: str = "cpu") -> None:
+        self.problem, self.d = p, p.d
+        self.q = GaussianDensity(p.post_mean, std=np.full(p.d, math.sqrt(p.post_var)), device=device)
+        self.test_mean = _t(p.test_mean, device)
+        self.offset, self.log_ppd = p.log_c, log_ppd(p)
+        self.optimal = optimal_proposal(p)
+
+    def log_joint(self, z: torch.Tensor) -> torch.Tensor:
+        return self.q.log_prob(z) - 0.5 * self.problem.a * ((z - self.test_mean) ** 2).sum(-1)
+
+    def diagnostics(self, mean: np.ndarray, std: np.ndarray) -> dict[str, float]:
+        out = {
+            "val/kl_exact": gaussian_kl(mean, std, *self.optimal),
+            "val/min_std_ratio": float(std.min() / math.sqrt(self.optimal[1])),
+        }
+        delta_r = gaussian_log_chi2(mean, std, *self.optimal)
+        if math.isfinite(delta_r):
+            out["val/delta_r_exact"] = delta_r
+        return out
+
+
+# ----------------------------------------------------------------------------- heavy-tailed likelihood
+
+
+def student_t_logpdf(x, loc, scale: float, nu: float):
+    """log density of a location-scale Student-t (numpy or torch, broadcasting)."""
+    const = math.lgamma((nu + 1) / 2) - math.lgamma(nu / 2) - 0.5 * math.log(nu * math.pi) - math.log(scale)
+    u = (x - loc) / scale
+    log1p = torch.log1p if isinstance(u, torch.Tensor) else np.log1p
+    return const - 0.5 * (nu + 1) * log1p(u * u / nu)
+
+
+def laplace_posterior(x_train: np.ndarray, scale: float, nu: float, sigma0: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-coordinate Laplace approximation N(mode, -1/curvature) of p(z|D) under the Student-t likelihood.
+
+    Newton from the coordinate-wise median (the posterior is unimodal there for n >> 1), halving any step
+    that would lower the log posterior."""
+
+    def log_post(z):
+        return -0.5 * z**2 / sigma0**2 + student_t_logpdf(x_train, z, scale, nu).sum(0)
+
+    def derivatives(z):
+        r = x_train - z
+        denom = nu * scale**2 + r**2
+        grad = -z / sigma0**2 + ((nu + 1) * r / denom).sum(0)
+        hess = -1 / sigma0**2 + ((nu + 1) * (r**2 - nu * scale**2) / denom**2).sum(0)
+        return grad, hess
+
+    z = np.median(x_train, 0)
+    for _ in range(100):
+        grad, hess = derivatives(z)
+        step = np.where(hess < 0, -grad / np.minimum(hess, -1e-12), 0.1 * np.sign(grad))
+        current = log_post(z)
+        for _ in range(30):
+            better = log_post(z + step) >= current
+            if better.all():
+                break
+            step = np.where(better, step, step / 2)
+        z = z + step
+        if np.abs(step).max() < 1e-13:
+            break
+    grad, hess = derivatives(z)
+    if np.any(hess >= 0) or np.abs(grad).max() > 1e-6 * (1 + np.abs(hess).max()):
+        raise FloatingPointError("Laplace approximation: Newton did not reach a maximum")
+    return z, 1 / np.sqrt(-hess)
+
+
+class HeavyTailTarget:
+    """Student-t observations x_jk = z_k + scale * t_nu; q = the Laplace approximation of p(z|D).
+
+    Every coordinate is independent given the data, so r*(z) = prod_k q_k(z_k) L_k(z_k) / Z_k factorises
+    (the diagonal family is the right one) but is not Gaussian: L_k is a product of t densities. Exact
+    answers come from one-dimensional quadrature per coordinate (``HeavyQuadrature``)."""
+
+    def __init__(self, x_train, x_test, scale: float, nu: float, sigma0: float, device: str = "cpu") -> None:
+        self.x_train, self.x_test = np.asarray(x_train, np.float64), np.asarray(x_test, np.float64)
+        self.scale, self.nu, self.sigma0 = scale, nu, sigma0
+        self.d, self.m = self.x_test.shape[1], self.x_test.shape[0]
+        self.q_mean, self.q_std = laplace_posterior(self.x_train, scale, nu, sigma0)
+        self.q = GaussianDensity(self.q_mean, std=self.q_std, device=device)
+        self._x_test = _t(self.x_test, device)
+        self.offset = float(student_t_logpdf(self.x_test, self.q_mean, scale, nu).sum())  # log p(D*|z = E_q z)
+        self.quadrature = HeavyQuadrature(self)
+        self.log_ppd = self.quadrature.log_ppd
+
+    def log_lik(self, z: torch.Tensor) -> torch.Tensor:
+        """log p(D*|z) for z (S, d): sum over test points and coordinates."""
+        return student_t_logpdf(self._x_test[None], z[:, None, :], self.scale, self.nu).sum((1, 2))
+
+    def log_joint(self, z: torch.Tensor) -> torch.Tensor:
+        return self.q.log_prob(z) + self.log_lik(z) - self.offset
+
+    def diagnostics(self, mean: np.ndarray, std: np.ndarray) -> dict[str, float]:
+        quad = self.quadrature
+        out = {"val/kl_exact": quad.kl_r_to_star(mean, std), "val/min_std_ratio": float(np.min(std / quad.star_std))}
+        out["val/delta_r_exact"] = quad.delta_r(mean, std)
+        return out
+
+
+class HeavyQuadrature:
+    """Trapezoid quadrature of every per-coordinate integral on a grid wide enough for q, r* and q L^2.
+
+    The grid of coordinate k is centred on q's mean, half-width ``width`` q-sds plus twice the distance to
+    the test median, ``points`` nodes; log-space throughout. Everything returned sums over coordinates."""
+
+    def __init__(self, target: HeavyTailTarget, points: int = 2001, width: float = 14.0, block: int = 1 << 22):
+        t = target
+        reach = width * t.q_std + 2 * np.abs(np.median(t.x_test, 0) - t.q_mean)
+        u = np.linspace(-1.0, 1.0, points)
+        self.grid = t.q_mean[:, None] + reach[:, None] * u[None, :]  # (d, G)
+        trapezoid = np.full(points, 1.0)
+        trapezoid[[0, -1]] = 0.5
+        self.log_node = np.log(trapezoid)[None, :] + np.log(reach * (u[1] - u[0]))[:, None]
+        self.log_q = -0.5 * ((self.grid - t.q_mean[:, None]) / t.q_std[:, None]) ** 2 - np.log(t.q_std)[:, None]
+        self.log_q -= 0.5 * LOG_2PI
+        self.log_lik = np.empty_like(self.grid)
+        per_block = max(1, block // (points * t.m))
+        for k in range(0, t.d, per_block):  # (m, coords, G) at a time
+            sl = slice(k, k + per_block)
+            self.log_lik[sl] = student_t_logpdf(t.x_test[:, sl, None], self.grid[None, sl], t.scale, t.nu).sum(0)
+        self.log_z_coord = self.log_integral(self.log_q + self.log_lik)  # (d,)
+        self.log_ppd = float(self.log_z_coord.sum())
+        self.delta = float((self.log_integral(self.log_q + 2 * self.log_lik) - 2 * self.log_z_coord).sum())
+        log_star = self.log_q + self.log_lik - self.log_z_coord[:, None]
+        star = np.exp(log_star + self.log_node)
+        self.star_mean = (star * self.grid).sum(1)
+        self.star_std = np.sqrt((star * (self.grid - self.star_mean[:, None]) ** 2).sum(1))
+        self.log_star = log_star
+        # r*'s tails are q's Gaussian tails times a polynomial: E_r[w^2] is finite only for std(r) > std(q)/sqrt 2.
+        self.tail_floor = t.q_std / math.sqrt(2)
+        # The Gaussian closest to r* in KL(r* || g) matches its moments: this KL is how far r* is from the family.
+        self.kl_star_to_family = self.kl_star_to(self.star_mean, self.star_std)
+
+    def log_integral(self, log_f: np.ndarray) -> np.ndarray:
+        a = log_f + self.log_node
+        top = a.max(1)
+        return top + np.log(np.exp(a - top[:, None]).sum(1))
+
+    def _log_r(self, mean, std) -> np.ndarray:
+        mean, std = np.asarray(mean)[:, None], np.asarray(std)[:, None]
+        return -0.5 * ((self.grid - mean) / std) ** 2 - np.log(std) - 0.5 * LOG_2PI
+
+    def kl_star_to(self, mean, std) -> float:
+        """KL(r* || N(mean, diag std^2)): r*'s mass-covering distance to a Gaussian."""
+        return float((np.exp(self.log_star + self.log_node) * (self.log_star - self._log_r(mean, std))).sum())
+
+    def kl_r_to_star(self, mean, std) -> float:
+        """KL(r || r*): the ELBO's gap."""
+        log_r = self._log_r(mean, std)
+        return float((np.exp(log_r + self.log_node) * (log_r - self.log_star)).sum())
+
+    def delta_r(self, mean, std) -> float:
+        """log E_r[w^2] - 2 log E_r[w] of IS with r, integrated over the grid (the far-tail divergence below
+        ``tail_floor`` is reported separately: it sits where the integrand is below e^-1000)."""
+        log_second = self.log_integral(2 * (self.log_q + self.log_lik) - self._log_r(mean, std))
+        return float((log_second - 2 * self.log_z_coord).sum())
+
+
+# ----------------------------------------------------------------------------- Bayesian linear regression
+
+
+def gaussian_log_partition(precision: np.ndarray, eta: np.ndarray) -> float:
+    """Phi(P, h) = log integral exp(h.z - z^T P z / 2) dz (inf unless P is positive definite)."""
+    try:
+        chol = np.linalg.cholesky(precision)
+    except np.linalg.LinAlgError:
+        return math.inf
+    white = np.linalg.solve(chol, eta)
+    return float(0.5 * white @ white - np.log(np.diag(chol)).sum() + 0.5 * len(eta) * LOG_2PI)
+
+
+class RegressionTarget:
+    """y | X, beta ~ N(X beta, sigma^2 I), beta ~ N(0, tau^2 I), sigma fixed: q = the exact posterior.
+
+    In natural parameters q has precision Lam = I / tau^2 + X^T X / sigma^2 and eta = X^T y / sigma^2; the test
+    set adds A = X*^T X* / sigma^2, b = X*^T y* / sigma^2, and log p(D*|beta) = -c - beta^T A beta / 2 + b.beta, so
+    log E_q[p(D*|beta)^k] = -k c + Phi(Lam + k A, eta + k b) - Phi(Lam, eta): every moment, the log-PPD (k = 1) and
+    Delta are closed forms, and r* = N((Lam + A)^-1 (eta + b), (Lam + A)^-1) is full-covariance Gaussian."""
+
+    def __init__(self, x_train, y_train, x_test, y_test, sigma: float, tau: float, device: str = "cpu") -> None:
+        self.d, self.m = x_train.shape[1], len(y_test)
+        self.precision = np.eye(self.d) / tau**2 + x_train.T @ x_train / sigma**2
+        self.eta = x_train.T @ y_train / sigma**2
+        self.a = x_test.T @ x_test / sigma**2
+        self.b = x_test.T @ y_test / sigma**2
+        self.c = float(y_test @ y_test) / (2 * sigma**2) + 0.5 * self.m * (LOG_2PI + 2 * math.log(sigma))
+        self.q_cov = np.linalg.inv(self.precision)
+        self.q_mean = self.q_cov @ self.eta
+        self.q = GaussianDensity(self.q_mean, tril=np.linalg.cholesky(self.q_cov), device=device)
+        self._a, self._b = _t(self.a, device), _t(self.b, device)
+        self.log_ppd = self.log_moment(1)
+        self.delta = self.log_moment(2) - 2 * self.log_ppd
+        self.star_cov = np.linalg.inv(self.precision + self.a)
+        self.star_mean = self.star_cov @ (self.eta + self.b)
+        self.offset = float(self.log_lik(_t(self.q_mean[None], "cpu").to(self._a.device))[0])
+
+    def log_moment(self, k: int) -> float:
+        """log E_q[p(D*|beta)^k]."""
+        phi = gaussian_log_partition(self.precision + k * self.a, self.eta + k * self.b)
+        return -k * self.c + phi - gaussian_log_partition(self.precision, self.eta)
+
+    def log_lik(self, z: torch.Tensor) -> torch.Tensor:
+        return -self.c - 0.5 * ((z @ self._a) * z).sum(-1) + z @ self._b
+
+    def log_joint(self, z: torch.Tensor) -> torch.Tensor:
+        return self.q.log_prob(z) + self.log_lik(z) - self.offset
+
+    def diagnostics(self, mean: np.ndarray, tril: np.ndarray) -> dict[str, float]:
+        cov = tril @ tril.T
+        out = {
+            "val/kl_exact": full_gaussian_kl(mean, cov, self.star_mean, self.star_cov),
+            "val/min_std_ratio": float(np.min(np.sqrt(np.diag(cov) / np.diag(self.star_cov)))),
+        }
+        delta_r = full_gaussian_log_chi2(mean, cov, self.star_mean, self.star_cov)
+        if math.isfinite(delta_r):
+            out["val/delta_r_exact"] = delta_r
+        return out
+
+    def snr_rel_se(self, k_samples: int, repeats: int) -> float:
+        """``snr_estimate_rel_se`` with this target's exact normalised moments."""
+        return _snr_rel_se([self.log_moment(j) - j * self.log_ppd for j in (2, 3, 4)], k_samples, repeats)
+
+
+def full_gaussian_kl(mean_r, cov_r, mean_star, cov_star) -> float:
+    """KL(N(mean_r, cov_r) || N(mean_star, cov_star))."""
+    d = len(mean_r)
+    star_inv = np.linalg.inv(cov_star)
+    offset = np.asarray(mean_r) - mean_star
+    _, logdet_star = np.linalg.slogdet(cov_star)
+    _, logdet_r = np.linalg.slogdet(cov_r)
+    return float(0.5 * (np.trace(star_inv @ cov_r) + offset @ star_inv @ offset - d + logdet_star - logdet_r))
+
+
+def full_gaussian_log_chi2(mean_r, cov_r, mean_star, cov_star) -> float:
+    """log integral N(z; star)^2 / N(z; r) dz = Phi(2 P* - P_r, 2 h* - h_r) - 2 Phi(P*, h*) + Phi(P_r, h_r)
+    in natural parameters (P = cov^-1, h = P mean); infinite when 2 P* - P_r is not positive definite."""
+    p_star, p_r = np.linalg.inv(cov_star), np.linalg.inv(cov_r)
+    h_star, h_r = p_star @ mean_star, p_r @ np.asarray(mean_r)
+    joint = gaussian_log_partition(2 * p_star - p_r, 2 * h_star - h_r)
+    if not math.isfinite(joint):
+        return math.inf
+    return joint - 2 * gaussian_log_partition(p_star, h_star) + gaussian_log_partition(p_r, h_r)
+
+
+def _snr_rel_se(log_normalised: list[float], k_samples: int, repeats: int) -> float:
+    """Relative standard error of mean/sd over ``repeats`` estimates from log E[(R/Z)^j], j = 2, 3, 4."""
+    try:
+        raw = [1.0] + [math.exp(v) for v in log_normalised]
+    except OverflowError:
+        return math.inf
+    mu2 = raw[1] - 1
+    mu3 = raw[2] - 3 * raw[1] + 2
+    mu4 = raw[3] - 4 * raw[2] + 6 * raw[1] - 3
+    k = k_samples
+    c2, c3, c4 = mu2 / k, mu3 / k**2, (mu4 + 3 * (k - 1) * mu2**2) / k**3
+    var_log = c2 + (c4 - c2**2) / (4 * c2**2) - c3 / c2
+    return math.sqrt(max(var_log, 0.0) / repeats)
+
+
+class TargetSampler:
+    """Log-weights of a target: simple MC (z ~ q, w = p(D*|z)) or IS with a Gaussian proposal r
+    (w = q p(D*|z) / r), in blocks of at most ``chunk`` likelihood terms."""
+
+    def __init__(self, target, proposal: GaussianDensity | None = None, cost_per_draw: int = 1) -> None:
+        self.target, self.proposal = target, proposal
+        self.density = target.q if proposal is None else proposal
+        self.cost = max(1, cost_per_draw)
+
+    def draw(self, count: int, generator: torch.Generator) -> torch.Tensor:
+        d = self.density
+        eps = torch.randn(count, d.d, generator=generator, dtype=torch.float64, device=d.mean.device)
+        z = d.transform(eps)
+        log_lik = self.target.log_lik(z)
+        if self.proposal is None:
+            return log_lik
+        return self.target.q.log_prob(z) + log_lik - self.proposal.log_prob(z)
+
+    def matrix(self, rows: int, cols: int, generator: torch.Generator, chunk: int) -> torch.Tensor:
+        """(rows, cols) log-weights: ``rows`` independent estimates of ``cols`` draws each."""
+        step = max(1, chunk // self.cost)
+        flat = torch.cat([self.draw(min(step, rows * cols - i), generator) for i in range(0, rows * cols, step)])
+        return flat.view(rows, cols)

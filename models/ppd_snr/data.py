@@ -1,7 +1,12 @@
-"""Data: seeded train/test draws of the conjugate-Gaussian model for every setting of both parts.
+"""Data: seeded draws of the synthetic models and random splits of the real posteriordb regressions.
 
-Each dataset is one ``.npz`` in the brief's format: ``x_train`` (n, d), ``x_test`` (m, d), and the
-scalars ``sigma``, ``sigma0``, ``shift``. ``index.json`` lists them with their part and setting.
+Parts 1-2 (conjugate Gaussian mean): one ``.npz`` per dataset in the brief's format, ``x_train`` (n, d),
+``x_test`` (m, d) and the scalars ``sigma``, ``sigma0``, ``shift``. Part 3 (``heavy/``): the same design
+with Student-t noise (``scale``, ``nu`` added). Part 4 (``real/``, the default ``data.source="real"``):
+the posteriordb data sets (stan-dev/posteriordb @ 28f8d3d6, committed under ``data/raw/posteriordb/``),
+each a zip holding one JSON of Stan data, turned into the design of its posteriordb linear model,
+split at random (``data.real.splits`` seeds), columns and response standardised with the training
+split's moments, sigma fixed at the training residual sd. ``index.json`` lists every file by part.
 
 Part 1 uses common random numbers: replicate r draws one noise matrix per split at the largest
 (d, m) of the sweeps and every setting takes its leading block, so moving along a sweep changes one
@@ -18,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from models.base import DatasetRef, dataset_meta, user_data_path, write_manifest
+from models.common import raw_data
 
 INDEX = "index.json"
 USER_FILE = "estimate/user.npz"
@@ -101,12 +107,106 @@ def load_npz(path: Path) -> GaussianData:
     return GaussianData(x_train, x_test, sigma, sigma0, shift)
 
 
+# ----------------------------------------------------------------------------- posteriordb regressions
+
+# Raw file of each data set (literal names: they become the DVC stage's dependencies).
+POSTERIORDB_FILES = {
+    "kidiq": "posteriordb/kidiq.json.zip",
+    "earnings": "posteriordb/earnings.json.zip",
+    "radon_mn": "posteriordb/radon_mn.json.zip",
+    "mesquite": "posteriordb/mesquite.json.zip",
+    "kilpisjarvi_mod": "posteriordb/kilpisjarvi_mod.json.zip",
+    "diamonds": "posteriordb/diamonds.json.zip",
+}
+
+
+def load_stan_data(name: str) -> dict:
+    """The Stan data of one posteriordb data set: the single JSON inside its checked zip."""
+    archive = POSTERIORDB_FILES[name]
+    raw = raw_data.archive_member(archive, f"{name}.json")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise raw_data.RawDataError(f"{archive}: {name}.json is not valid JSON ({error})") from error
+
+
+def regression_design(name: str, stan: dict) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """(covariates without intercept, response, column names) of the posteriordb linear model of ``name``.
+
+    kidiq-kidscore_momhsiq, earnings-logearn_height_male, radon_mn-radon_county_intercept (floor, log uranium,
+    one indicator per county), mesquite-logmesquite, kilpisjarvi_mod-kilpisjarvi, diamonds-diamonds (the
+    24 non-intercept columns of X)."""
+
+    def col(key):
+        try:
+            return np.asarray(stan[key], np.float64)
+        except KeyError as error:
+            raise raw_data.RawDataError(f"posteriordb {name}: no variable {key!r} in its Stan data") from error
+
+    if name == "kidiq":
+        return np.column_stack([col("mom_hs"), col("mom_iq")]), col("kid_score"), ["mom_hs", "mom_iq"]
+    if name == "earnings":
+        return np.column_stack([col("height"), col("male")]), np.log(col("earn")), ["height", "male"]
+    if name == "radon_mn":
+        county = col("county_idx").astype(int)
+        levels = np.unique(county)
+        onehot = (county[:, None] == levels[None, :]).astype(np.float64)
+        names = ["floor", "log_uppm"] + [f"county{c}" for c in levels]
+        return np.column_stack([col("floor_measure"), col("log_uppm"), onehot]), col("log_radon"), names
+    if name == "mesquite":
+        d1, d2, height = col("diam1"), col("diam2"), col("canopy_height")
+        x = np.column_stack(
+            [
+                np.log(d1 * d2 * height),
+                np.log(d1 * d2),
+                np.log(d1 / d2),
+                np.log(col("total_height")),
+                np.log(col("density")),
+                col("group"),
+            ]
+        )
+        names = ["log_volume", "log_area", "log_shape", "log_total_height", "log_density", "group"]
+        return x, np.log(col("weight")), names
+    if name == "kilpisjarvi_mod":
+        return col("x")[:, None], col("y"), ["year"]
+    if name == "diamonds":
+        x = col("X")
+        return x[:, 1:], col("Y"), [f"x{j}" for j in range(1, x.shape[1])]
+    raise ValueError(f"unknown posteriordb data set {name!r}; known: {sorted(POSTERIORDB_FILES)}")
+
+
+def split_regression(x: np.ndarray, y: np.ndarray, test_fraction: float, rng: np.random.Generator) -> dict:
+    """A random split, standardised with the training part's moments, intercept column first, and sigma fixed
+    at the training least-squares residual sd (plug-in, so the model stays conjugate)."""
+    order = rng.permutation(len(y))
+    m = min(max(1, round(test_fraction * len(y))), len(y) - 2)
+    test, train = order[:m], order[m:]
+    mean, sd = x[train].mean(0), x[train].std(0)
+    sd = np.where(sd > 0, sd, 1.0)  # a column constant on the training part (a county absent from it)
+    y_mean, y_sd = y[train].mean(), y[train].std()
+
+    def design(rows):
+        return np.column_stack([np.ones(len(rows)), (x[rows] - mean) / sd])
+
+    x_train, x_test = design(train), design(test)
+    y_train, y_test = (y[train] - y_mean) / y_sd, (y[test] - y_mean) / y_sd
+    coef, _, rank, _ = np.linalg.lstsq(x_train, y_train, rcond=None)
+    dof = max(len(train) - rank, 1)
+    sigma = float(np.sqrt(np.sum((y_train - x_train @ coef) ** 2) / dof))
+    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test, "sigma": sigma}
+
+
+def load_regression(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as f:
+        return {k: np.asarray(f[k], np.float64) for k in f.files}
+
+
 def prepare(cfg, data_dir: Path) -> DatasetRef:
     data_dir = Path(data_dir)
     dc = cfg.data
     root = np.random.SeedSequence(cfg.seed)
-    part1_seq, part2_seq = root.spawn(2)
-    index: dict[str, list[dict]] = {"snr": [], "estimate": []}
+    part1_seq, part2_seq, heavy_seq, real_seq = root.spawn(4)
+    index: dict[str, list[dict]] = {"snr": [], "estimate": [], "heavy": [], "real": []}
     settings = part1_settings(dc)
     d_max, m_max = max(s[0] for s in settings), max(s[1] for s in settings)
     for r, seq in enumerate(part1_seq.spawn(dc.replicates)):
@@ -140,22 +240,62 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
                 "name": "user",
             }
         )
+    hc = dc.heavy
+    t_scale = dc.sigma * float(np.sqrt((hc.nu - 2) / hc.nu))  # noise variance sigma^2, as in the Gaussian model
+    for setting, seq in zip(hc.settings, heavy_seq.spawn(len(hc.settings))):
+        rng = np.random.default_rng(seq)
+        d, m, shift = setting.d, setting.m, setting.shift
+        x_train = t_scale * rng.standard_t(hc.nu, (dc.n_train, d))
+        x_test = shift + t_scale * rng.standard_t(hc.nu, (m, d))
+        name = f"heavy/{tag(d, m, shift)}.npz"
+        (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
+        with open(data_dir / name, "wb") as fh:
+            np.savez(fh, x_train=x_train, x_test=x_test, scale=t_scale, nu=hc.nu, sigma0=dc.sigma0, shift=shift)
+        index["heavy"].append({"file": name, "d": d, "m": m, "shift": shift, "name": "t_" + tag(d, m, shift)})
+    real_sources = []
+    if dc.source == "real":
+        rc = dc.real
+        for dataset, seq in zip(rc.datasets, real_seq.spawn(len(rc.datasets))):
+            x, y, _ = regression_design(dataset, load_stan_data(dataset))
+            real_sources.append(raw_data.provenance(POSTERIORDB_FILES[dataset]))
+            for j, split_seq in enumerate(seq.spawn(rc.splits)):
+                split = split_regression(x, y, rc.test_fraction, np.random.default_rng(split_seq))
+                name = f"real/{dataset}_s{j}.npz"
+                (data_dir / name).parent.mkdir(parents=True, exist_ok=True)
+                with open(data_dir / name, "wb") as fh:
+                    np.savez(fh, **split, tau=rc.prior_scale)
+                index["real"].append(
+                    {
+                        "file": name,
+                        "dataset": dataset,
+                        "split": j,
+                        "name": f"{dataset}_s{j}",
+                        "n": len(split["y_train"]),
+                        "m": len(split["y_test"]),
+                        "d": split["x_train"].shape[1],
+                    }
+                )
     (data_dir / INDEX).write_text(json.dumps(index, indent=1))
     generated = (
         f"generated from seed {cfg.seed}: conjugate Gaussian mean model (sigma {dc.sigma:g}, sigma0 "
         f"{dc.sigma0:g}, n {dc.n_train}), {dc.replicates} part-1 replicates, "
         f"{len(dc.estimate_settings)} part-2 settings"
     )
+    generated += f", {len(hc.settings)} Student-t (nu {hc.nu:g}) settings"
+    if real_sources:
+        generated = f"posteriordb regressions from {'; '.join(real_sources)}; parts 1-3 {generated}"
     if dc.user_npz:  # it joins part 2 and can be the hardest setting the claim is read on
         source = dataset_meta("real", f"user file data/{dc.user_npz} in part 2; everything else {generated}")
     else:
-        source = dataset_meta("synthetic", generated)
+        source = dataset_meta("real" if real_sources else "synthetic", generated)
     return write_manifest(
         data_dir,
         meta={
             **source,
             "generator": "conjugate Gaussian mean model, z_train = 0, test mean = shift * 1",
-            "synthetic": True,
+            "synthetic": not real_sources,
+            "real_datasets": len(index["real"]),
+            "heavy_datasets": len(index["heavy"]),
             "n_train": dc.n_train,
             "snr_datasets": len(index["snr"]),
             "estimate_datasets": len(index["estimate"]),

@@ -222,14 +222,40 @@ def test_ess_and_pareto_k_separate_good_from_bad_weights():
 def test_elbo_fit_moves_the_proposal_to_r_star():
     from models.ppd_snr.training import exact_diagnostics, fit_proposal
 
-    # A smaller step than the pipeline's 0.05, so that Adam's noise floor sits well below the tolerance.
-    cfg = Config.for_scale("smoke", {"proposal.steps": 300, "proposal.val_every": 100, "proposal.lr": 0.01})
-    p = alg.make_problem(_data(d=4, m=40, shift=0.5, n=40))
-    proposal, records = fit_proposal(cfg, p, "elbo", _gen(6), seed=0)
-    start, final = records[0], exact_diagnostics(proposal, alg.optimal_proposal(p))
-    assert start["val/delta_r_exact"] == pytest.approx(alg.delta(p), rel=1e-9)  # r = q at the start
+    # A smaller step than the grid's largest, so that Adam's noise floor sits well below the tolerance.
+    cfg = Config.for_scale("smoke", {"proposal.steps": 300, "proposal.val_every": 100, "proposal.lr_grid": [0.01]})
+    target = alg.GaussianMeanTarget(alg.make_problem(_data(d=4, m=40, shift=0.5, n=40)))
+    proposal, records, selection = fit_proposal(cfg, target, "elbo", _gen(6), seed=0)
+    start, final = records[0], exact_diagnostics(proposal, target)
+    assert start["val/delta_r_exact"] == pytest.approx(alg.delta(target.problem), rel=1e-9)  # r = q at the start
     assert final["val/kl_exact"] < 0.02 * start["val/kl_exact"] and final["val/delta_r_exact"] < 0.1
     assert all(math.isfinite(v) for r in records for v in r.values())
+    assert selection["lr"] == 0.01 and 0 < selection["best_step"] <= 300
+
+
+def test_full_rank_fit_reaches_the_correlated_r_star_of_a_regression():
+    from models.ppd_snr.training import exact_diagnostics, fit_proposal, initial_proposal
+
+    target = _regression(d=3, n=30, m=30, rho=0.8)
+    cfg = Config.for_scale(
+        "smoke", {"proposal.steps": 300, "proposal.val_every": 50, "proposal.lr_grid": [0.003, 0.03]}
+    )
+    proposal, _, selection = fit_proposal(cfg, target, "elbo", _gen(7), seed=0, full_rank=True)
+    start = exact_diagnostics(initial_proposal(target, True), target)
+    final = exact_diagnostics(proposal, target)
+    assert final["val/kl_exact"] < 0.05 * start["val/kl_exact"] and selection["lr"] in (0.003, 0.03)
+
+
+def test_fitting_targets_side_by_side_equals_fitting_each_alone():
+    from models.ppd_snr.training import fit_proposal, fit_proposals
+
+    cfg = Config.for_scale("smoke", {"proposal.steps": 60, "proposal.val_every": 10, "proposal.lr_grid": [0.01, 0.1]})
+    first = alg.GaussianMeanTarget(alg.make_problem(_data(d=3, m=30, shift=0.4, n=30)))
+    second = alg.GaussianMeanTarget(alg.make_problem(_data(d=5, m=5, shift=0.0, n=30, seed=1)))
+    (together, _, sel_together), _ = fit_proposals(cfg, [first, second], "elbo", _gen(9), seed=0)
+    alone, _, sel_alone = fit_proposal(cfg, first, "elbo", _gen(9), seed=0)  # the first target's noise is the same
+    assert torch.allclose(together.mean, alone.mean, atol=1e-12) and torch.allclose(together.std, alone.std, atol=1e-12)
+    assert sel_together == sel_alone
 
 
 # ----------------------------------------------------------------------------- data and config
@@ -239,6 +265,11 @@ def test_config_rejects_bad_values():
     for override in (
         {"data.sweep_d": [5, 1]},
         {"proposal.proxies": ["chi2"]},
+        {"proposal.lr_grid": [0.1, 0.01]},
+        {"data.heavy.nu": 2.0},
+        {"data.real.datasets": ["kidiq", "kidiq"]},
+        {"data.real.datasets": ["wells"]},
+        {"data.source": "simulated"},
         {"data.sigma": 0.0},
         {"data.estimate_settings": [{"d": 1, "m": 1, "shift": 0.0}, {"d": 1, "m": 1, "shift": 0.0}]},
         {"data.user_npz": "../x.npz"},
@@ -256,7 +287,7 @@ def test_sweeps_share_their_noise_and_user_npz_is_loaded(tmp_path, monkeypatch):
     user = _data(d=3, m=8, shift=0.0, n=12)
     user = GaussianData(user.x_train, user.x_test, 0.5, 2.0, float("nan"))  # a user file's shift is unknown
     save_npz(tmp_path / "data" / "mine.npz", user)
-    cfg = Config.for_scale("smoke", {"data.user_npz": "mine.npz"})
+    cfg = Config.for_scale("smoke", {"data.user_npz": "mine.npz", "data.source": "synthetic"})
     ref = prepare(cfg, tmp_path / "out")
     index = load_index(ref)
     by_tag = {(e["d"], e["m"], e["shift"]): load_npz(ref.file(e["file"])) for e in index["snr"]}
@@ -270,43 +301,57 @@ def test_sweeps_share_their_noise_and_user_npz_is_loaded(tmp_path, monkeypatch):
     with open(tmp_path / "data" / "bad.npz", "wb") as fh:
         np.savez(fh, x_train=np.zeros((3, 2)), x_test=np.zeros((4, 3)), sigma=1.0, sigma0=1.0)
     with pytest.raises(ValueError, match="x_train"):
-        prepare(Config.for_scale("smoke", {"data.user_npz": "bad.npz"}), tmp_path / "out2")
+        prepare(Config.for_scale("smoke", {"data.user_npz": "bad.npz", "data.source": "synthetic"}), tmp_path / "out2")
 
 
 # ----------------------------------------------------------------------------- pipeline
 
 
-def test_smoke_pipeline_end_to_end(tmp_path):
-    from tasks import steps
-
-    cfg = SPEC.make_config("smoke")
-    steps.prepare(SPEC, cfg, tmp_path)
-    artifacts = steps.train(SPEC, cfg, tmp_path)
-    metrics, result = steps.evaluate(SPEC, cfg, tmp_path)
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("ppd_snr")
+    cfg, artifacts, metrics, result, root = run.cfg, run.artifacts, run.metrics, run.claim, run.root
     v = metrics.values
-    assert not metrics.non_finite() and len(metrics.figures) == 3
+    assert not metrics.non_finite() and len(metrics.figures) == 5
     assert all(result.sanity.values()), result.sanity
+    assert run.dataset.meta["source"] == "real" and "posteriordb/kidiq.json.zip" in run.dataset.meta["provenance"]
     hard = "d10_m100_s0p50"
     assert v["baseline/samples_" + hard] == cfg.estimate_samples + artifacts.summary["training_evaluations"]
     # Delta ~ 40 here: simple MC is many nats low, learned IS is close, with far better ESS.
     assert v["problem/delta_hardest"] > 20 and v["baseline/err_hardest"] < -5
     assert v["method/abs_err_hardest"] < 0.5 and v[f"method/ess_frac_{hard}"] > 100 * v[f"baseline/ess_frac_{hard}"]
     assert v["snr/checked"] >= 3 and v["snr/max_rel_dev"] <= 0.1
-    claim = json.loads((tmp_path / "outputs" / "ppd_snr" / "claim.json").read_text())
+    # The heavy-tailed hard case: large Delta, simple MC far off, IS close to the quadrature truth.
+    assert v["heavy/delta_hardest"] > 20 and v["heavy/baseline/err_hardest"] < -5
+    assert abs(v["heavy/method/err_hardest"]) < 0.5
+    assert v["real/snr_checked"] >= 1 and v["real/is_abs_err_max"] < 0.5
+    claim = json.loads((root / "outputs" / "ppd_snr" / "claim.json").read_text())
     mc = next(c for c in claim["criteria"] if c["name"] == "mc_err_hardest")
     assert mc["estimate"] == pytest.approx(v["baseline/err_hardest"]) and mc["n_units"] == cfg.estimate_repeats
     assert result.criterion("is_err_hardest_lt_plus1").estimate == pytest.approx(v["method/err_hardest"])
-    # One data replicate at smoke: the sweep criteria have no interval, so they can at best be inconclusive.
+    assert result.criterion("heavy_mc_err_hardest").n_units == cfg.heavy_repeats
+    # One data replicate and one split at smoke: those criteria have no interval, so at best inconclusive.
     assert result.criterion("delta_increases_d").state == "inconclusive" and result.verdict != "holds"
-    bank = SPEC.module().load_model(cfg, tmp_path / "outputs" / "ppd_snr" / "model")
+    assert result.criterion("real_is_worst_abs_err").state == "inconclusive"
+    assert any(k.startswith("select/") and k.endswith("/lr") for k in artifacts.summary)
+    bank = SPEC.module().load_model(cfg, root / "outputs" / "ppd_snr" / "model")
     z = bank.get(bank.primary).sample(5, _gen())
     assert bank(z).shape == (5,) and torch.isfinite(bank(z)).all()
+    full = bank.get("kidiq_s0__elbo")
+    assert full.tril.shape == (3, 3) and torch.isfinite(full(full.sample(4, _gen()))).all()
 
 
 # ----------------------------------------------------------------------------- claim from hand-built metrics
 
 
-def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> Metrics:
+def _claim_metrics(
+    cfg,
+    mc_errors,
+    is_errors,
+    step_noise=0.0,
+    heavy_mc=(-80.0, -79.0, -81.0, -80.5),
+    heavy_is=(0.0, 0.01, -0.01, 0.0),
+    real_is=(0.01, -0.02, 0.0),
+) -> Metrics:
     """Every key claim() reads: Delta = d + m + 10 shift (SNR = 100 minus it) on every sweep point, each replicate's
     Delta scaled by 1 +- step_noise (alternating), plus the hardest setting's repeats."""
     from models.ppd_snr.data import tag
@@ -325,8 +370,28 @@ def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> Metrics:
             v[f"{variant}/repeat{j}/err_hardest"] = err
         v[f"{variant}/err_hardest"] = float(np.mean(errors))
         v[f"{variant}/max_abs_err_hardest"] = float(np.max(np.abs(errors)))
+    heavy = "t_d10_m100_s0p50"
+    for variant, errors in (("baseline", heavy_mc), ("method", heavy_is)):
+        for j, err in enumerate(errors):
+            v[f"heavy/{variant}/repeat{j}/err_hardest"] = err
+    for j in range(cfg.data.real.splits):
+        for name in cfg.data.real.datasets:
+            v[f"real/{name}_s{j}/method/err"] = real_is[j]
     v.update(
         {
+            f"heavy/{heavy}/delta": 90.0,
+            "heavy/delta_hardest": 90.0,
+            f"heavy/{heavy}/kl_star_to_family": 1e-4,
+            f"heavy/{heavy}/method/delta_r": 0.01,
+            f"heavy/{heavy}/method/min_std_over_tail_floor": 1.1,
+            "check/heavy_kl_star_to_family_min": 1e-4,
+            "check/heavy_quadrature_change_max": 1e-10,
+            "real/snr_checked": 2.0,
+            "real/snr_max_rel_dev": 0.03,
+            "real/err_max_z": 0.5,
+            "real/delta_max": 50.0,
+            "real/mc_err_min": -3.0,
+            "real/is_abs_err_max": float(np.max(np.abs(real_is))),
             f"problem/delta_{hard}": 40.0,
             "problem/delta_hardest": 40.0,
             f"baseline/samples_{hard}": 2000.0,
@@ -345,14 +410,16 @@ def _claim_metrics(cfg, mc_errors, is_errors, step_noise=0.0) -> Metrics:
 
 
 def _claim_cfg():
-    return Config.for_scale("smoke", {"data.replicates": 4, "estimate_repeats": 4})
+    return Config.for_scale(
+        "smoke", {"data.replicates": 4, "estimate_repeats": 4, "heavy_repeats": 4, "data.real.splits": 3}
+    )
 
 
 def test_claim_holds_when_every_interval_clears_its_threshold():
     from models.ppd_snr.pipeline import claim
 
     result = claim(_claim_cfg(), _claim_metrics(_claim_cfg(), [-80.0, -75.0, -90.0, -85.0], [0.01, -0.02, 0.0, 0.01]))
-    assert len(result.criteria) == 9 and result.verdict == "holds", [c.describe() for c in result.criteria]
+    assert len(result.criteria) == 13 and result.verdict == "holds", [c.describe() for c in result.criteria]
     delta = result.criterion("delta_increases_m")
     assert delta.estimate == pytest.approx(40.0) and delta.low == delta.high == pytest.approx(
         40.0
@@ -392,3 +459,159 @@ def test_sweep_criterion_is_inconclusive_when_replicates_disagree_on_the_step():
         assert delta.estimate == pytest.approx(smallest_step) and delta.low < 0 < delta.high, delta.describe()
         assert delta.state == "inconclusive"
     assert result.criterion("snr_decreases_d").state == "holds" and result.verdict == "inconclusive"
+
+
+def test_claim_fails_when_the_hard_case_is_not_hard_and_is_inconclusive_when_real_splits_straddle():
+    from models.ppd_snr.pipeline import claim
+
+    cfg = _claim_cfg()
+    good = ([-80.0, -75.0, -90.0, -85.0], [0.01, -0.02, 0.0, 0.01])
+    easy = claim(cfg, _claim_metrics(cfg, *good, heavy_mc=(-10.0, -12.0, -11.0, -9.0)))
+    assert easy.criterion("heavy_mc_err_hardest").state == "fails" and easy.verdict == "fails"
+    # Real IS errors 0.2, 1.9, 0.1 nats on three splits: mean 0.73 < 1, but resampling splits reaches 1.9.
+    straddle = claim(cfg, _claim_metrics(cfg, *good, real_is=(0.2, 1.9, 0.1)))
+    worst = straddle.criterion("real_is_worst_abs_err")
+    assert worst.estimate == pytest.approx(0.7333, abs=1e-3) and worst.low < 1 < worst.high
+    assert worst.state == "inconclusive" and straddle.verdict == "inconclusive"
+    assert (
+        claim(cfg, _claim_metrics(cfg, *good, real_is=(2.0, 1.5, 2.5))).criterion("real_is_worst_abs_err").state
+        == "fails"
+    )
+
+
+# ----------------------------------------------------------------------------- regression and heavy-tailed targets
+
+
+def _regression(d=3, n=30, m=20, rho=0.0, seed=0, sigma=0.7, tau=1.3):
+    rng = np.random.default_rng(seed)
+    cov = (1 - rho) * np.eye(d) + rho * np.ones((d, d))
+    x = rng.multivariate_normal(np.zeros(d), cov, n + m)
+    y = x @ rng.standard_normal(d) + sigma * rng.standard_normal(n + m)
+    return alg.RegressionTarget(x[:n], y[:n], x[n:], y[n:], sigma, tau)
+
+
+def test_regression_log_ppd_and_moments_match_the_marginal_of_the_test_set():
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((50, 3)), rng.standard_normal(50)
+    sigma, tau = 0.7, 1.3
+    t = alg.RegressionTarget(x[:30], y[:30], x[30:], y[30:], sigma, tau)
+    cov = sigma**2 * np.eye(20) + x[30:] @ t.q_cov @ x[30:].T
+    assert t.log_ppd == pytest.approx(stats.multivariate_normal(x[30:] @ t.q_mean, cov).logpdf(y[30:]), abs=1e-9)
+    # The posterior matches a direct computation, and p(D*|beta)^2 is the likelihood of D* twice over.
+    direct = np.linalg.inv(np.eye(3) / tau**2 + x[:30].T @ x[:30] / sigma**2)
+    assert np.allclose(t.q_cov, direct) and np.allclose(t.q_mean, direct @ x[:30].T @ y[:30] / sigma**2)
+    twice = alg.RegressionTarget(x[:30], y[:30], np.vstack([x[30:]] * 2), np.concatenate([y[30:]] * 2), sigma, tau)
+    assert t.log_moment(2) == pytest.approx(twice.log_ppd, abs=1e-9)
+    log_w = alg.TargetSampler(t, cost_per_draw=9).draw(400_000, _gen(2))
+    assert float(alg.log_mean_exp(log_w)) == pytest.approx(t.log_ppd, abs=4 * math.sqrt(math.expm1(t.delta) / 4e5))
+
+
+def test_full_gaussian_chi2_and_kl_reduce_to_the_diagonal_forms_and_r_star_has_zero_variance():
+    mean_r, std_r, mean_s, var_s = np.array([0.1, -0.2]), np.array([0.9, 1.2]), np.array([0.0, 0.3]), 0.8
+    full = alg.full_gaussian_log_chi2(mean_r, np.diag(std_r**2), mean_s, var_s * np.eye(2))
+    assert full == pytest.approx(alg.gaussian_log_chi2(mean_r, std_r, mean_s, var_s), abs=1e-10)
+    kl = alg.full_gaussian_kl(mean_r, np.diag(std_r**2), mean_s, var_s * np.eye(2))
+    assert kl == pytest.approx(alg.gaussian_kl(mean_r, std_r, mean_s, var_s), abs=1e-10)
+    assert alg.full_gaussian_log_chi2(mean_s, np.eye(2) * 0.3, mean_s, np.eye(2)) == math.inf  # r too narrow
+    t = _regression(rho=0.9)
+    tril = np.linalg.cholesky(t.star_cov)
+    log_w = alg.TargetSampler(t, alg.GaussianDensity(t.star_mean, tril=tril), 9).draw(200, _gen(3)).numpy()
+    assert np.ptp(log_w) < 1e-8 and abs(log_w[0] - t.log_ppd) < 1e-8
+    assert t.diagnostics(t.star_mean, tril)["val/delta_r_exact"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_heavy_tailed_quadrature_matches_scipy_and_r_star_is_not_gaussian():
+    rng = np.random.default_rng(4)
+    scale, nu = 0.6, 3.0
+    x_train, x_test = scale * rng.standard_t(nu, (40, 2)), 0.5 + scale * rng.standard_t(nu, (15, 2))
+    t = alg.HeavyTailTarget(x_train, x_test, scale, nu, sigma0=1.0)
+    # Laplace: the gradient of the log posterior vanishes at q's mean.
+    grad = -t.q_mean + ((nu + 1) * (x_train - t.q_mean) / (nu * scale**2 + (x_train - t.q_mean) ** 2)).sum(0)
+    assert np.abs(grad).max() < 1e-8
+    reference = 0.0
+    for k in range(2):
+
+        def integrand(z, k=k):
+            log_lik = stats.t.logpdf(x_test[:, k], nu, loc=z, scale=scale).sum() - t.quadrature.log_z_coord[k]
+            return stats.norm.pdf(z, t.q_mean[k], t.q_std[k]) * math.exp(log_lik)
+
+        reference += (
+            math.log(
+                integrate.quad(
+                    integrand,
+                    t.q_mean[k] - 15 * t.q_std[k],
+                    t.q_mean[k] + 15 * t.q_std[k],
+                    epsabs=1e-13,
+                    epsrel=1e-12,
+                    limit=200,
+                )[0]
+            )
+            + t.quadrature.log_z_coord[k]
+        )
+    assert t.log_ppd == pytest.approx(reference, abs=1e-7)
+    assert t.quadrature.kl_star_to_family > 1e-6  # far above quadrature error: r* is not Gaussian
+    log_w = alg.TargetSampler(t, cost_per_draw=30).draw(200_000, _gen(5))
+    se = math.sqrt(math.expm1(t.quadrature.delta) / 2e5)
+    assert float(alg.log_mean_exp(log_w)) == pytest.approx(t.log_ppd, abs=4 * se)
+    # The exact Delta_r of a proposal equals the Monte-Carlo log second-moment ratio of its weights.
+    mean, std = t.quadrature.star_mean, 1.2 * t.quadrature.star_std
+    w = alg.TargetSampler(t, alg.GaussianDensity(mean, std=std), 30).draw(200_000, _gen(6))
+    empirical = float(torch.logsumexp(2 * w, 0) - 2 * torch.logsumexp(w, 0) + math.log(len(w)))
+    assert empirical == pytest.approx(t.quadrature.delta_r(mean, std), abs=0.02)
+
+
+def test_large_nu_makes_r_star_gaussian():
+    rng = np.random.default_rng(8)
+    x_train, x_test = rng.standard_normal((40, 2)), 0.3 + rng.standard_normal((15, 2))
+    heavy = alg.HeavyTailTarget(x_train, x_test, 1.0, 3.0, 1.0).quadrature.kl_star_to_family
+    light = alg.HeavyTailTarget(x_train, x_test, 1.0, 1e6, 1.0).quadrature.kl_star_to_family
+    assert light < 1e-8 < heavy
+
+
+# ----------------------------------------------------------------------------- posteriordb data
+
+
+def test_posteriordb_designs_and_splits():
+    from models.ppd_snr.data import load_stan_data, regression_design, split_regression
+
+    x, y, names = regression_design("radon_mn", load_stan_data("radon_mn"))
+    assert x.shape == (919, 87) and names[:2] == ["floor", "log_uppm"] and np.allclose(x[:, 2:].sum(1), 1)
+    x, y, _ = regression_design("kidiq", load_stan_data("kidiq"))
+    split = split_regression(x, y, 0.5, np.random.default_rng(0))
+    assert split["x_test"].shape == (217, 3) and split["x_train"].shape == (217, 3)
+    assert np.allclose(split["x_train"][:, 0], 1) and np.allclose(split["x_train"][:, 1:].mean(0), 0)
+    assert split["y_train"].mean() == pytest.approx(0, abs=1e-12) and 0.5 < split["sigma"] < 1.0
+
+
+def test_altered_posteriordb_file_is_a_raw_data_error(tmp_path, monkeypatch):
+    import zipfile
+
+    from models.common.raw_data import RawDataError
+    from models.ppd_snr.data import load_stan_data
+
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "data" / "raw" / "posteriordb").mkdir(parents=True)
+    with pytest.raises(RawDataError, match="missing"):
+        load_stan_data("kidiq")
+    path = tmp_path / "data" / "raw" / "posteriordb" / "kidiq.json.zip"
+    with zipfile.ZipFile(path, "w") as archive:  # the official layout (one JSON), but not the pinned bytes
+        archive.writestr("kidiq.json", json.dumps({"N": 1, "kid_score": [1], "mom_hs": [0], "mom_iq": [90.0]}))
+    with pytest.raises(RawDataError, match="sha256"):
+        load_stan_data("kidiq")
+
+
+def test_full_rank_proposal_density_matches_scipy_in_the_whitened_parameterisation():
+    from models.ppd_snr.networks import FullRankGaussianProposal
+
+    base = torch.tensor([[0.5, 0.0, 0.0], [0.2, 0.01, 0.0], [-0.3, 0.004, 2.0]], dtype=torch.float64)
+    r = FullRankGaussianProposal(torch.tensor([1.0, -2.0, 0.3]), base)
+    with torch.no_grad():
+        r.shift.copy_(torch.tensor([0.1, -0.4, 0.2]))
+        r.log_diag.copy_(torch.tensor([0.2, -0.1, 0.05]))
+        r.off_diagonal.copy_(torch.randn(3, 3, generator=_gen(10), dtype=torch.float64))
+    z = r.sample(6, _gen(11))
+    cov = (r.tril @ r.tril.T).detach().numpy()
+    reference = stats.multivariate_normal(r.mean.detach().numpy(), cov).logpdf(z.numpy())
+    assert np.allclose(r(z).detach().numpy(), reference, atol=1e-10)
+    fresh = FullRankGaussianProposal(torch.zeros(3), base)  # r = q at initialisation
+    assert torch.allclose(fresh.tril, base) and torch.allclose(fresh.mean, torch.zeros(3, dtype=torch.float64))
