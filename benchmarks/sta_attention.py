@@ -1,6 +1,6 @@
 """Sliding tile attention speed on a CUDA GPU (a measurement, never a test assertion).
 
-    python benchmarks/sta_attention.py [--quick] [--settings hunyuan wan_333 ...] [--no-flex]
+    python benchmarks/sta_attention.py [--quick] [--settings hunyuan wan_333 ...] [--no-flex] [--json PATH]
 
 Times, in bfloat16 at the brief's shapes (B = 1, H = 24, D = 128; tiles of 6 x 8 x 8 = 384 tokens):
 dense SDPA over all valid tokens, FlexAttention (compiled) with the STA BlockMask, and the project's
@@ -14,12 +14,17 @@ small canvas) and against FlexAttention at the benchmark shape (bfloat16).
 Without a GPU it runs the correctness check on tiny shapes under the Triton interpreter, says
 that timing needs a GPU, and exits 0 (1 if the check fails). ``--quick`` (Hunyuan only, fewer
 configurations and repetitions) finishes in under 2 minutes on an H100/H200; the rest of the
-time is mostly FlexAttention's first compile.
+time is mostly FlexAttention's first compile. ``--json PATH`` also writes the rows (and the
+correctness checks) as JSON, e.g. ``--json "$OUT/sta_bench.json"`` on a lent GPU machine.
+
+The kernel is imported through ``models.sta.networks.load_kernel`` (``models.common.triton_mode``: the
+project's one Triton switch, which turns the interpreter on only where no GPU is usable).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -29,11 +34,13 @@ sys.path.insert(0, str(ROOT))
 
 from models.common.triton_mode import use_interpreter_without_gpu  # noqa: E402
 
-use_interpreter_without_gpu()  # before the kernel module (and triton.language) is imported
+use_interpreter_without_gpu()  # before anything imports triton.language
 import torch  # noqa: E402
 
 from models.sta import masks  # noqa: E402
-from models.sta.kernel import sta_attention  # noqa: E402
+from models.sta.networks import load_kernel  # noqa: E402
+
+sta_attention = load_kernel().sta_attention
 
 # name: (canvas, tile, window in tiles, text tokens (padded to one tile))
 SETTINGS = {
@@ -175,6 +182,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--heads", type=int, default=24)
     parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here as JSON")
     args = parser.parse_args()
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -183,6 +191,10 @@ def main() -> int:
     print("| correctness check | max abs error | ok |\n|---|---|---|")
     for label, err, ok in checks:
         print(f"| {label} | {err:.2e} | {'yes' if ok else 'NO'} |")
+    report = {"checks": [{"case": label, "max_abs_err": err, "ok": ok} for label, err, ok in checks], "rows": []}
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1))
     if not all(ok for *_, ok in checks):
         print("Kernel correctness check FAILED.")
         return 1
@@ -197,7 +209,12 @@ def main() -> int:
     print(f"\nGPU: {torch.cuda.get_device_name()}; torch {torch.__version__}")
     peak = matmul_peak(args.quick)
     print(f"measured bf16 matmul peak (8192^3): {peak:.0f} TFLOP/s\n", flush=True)
-    rows = [r for name in settings for r in run_setting(name, args, peak)]
+    rows = []
+    for name in settings:
+        rows += run_setting(name, args, peak)
+        if args.json:  # after every setting, so a run cut short still returns what it measured
+            report.update(gpu=torch.cuda.get_device_name(), torch=torch.__version__, peak_tflops=peak, rows=rows)
+            args.json.write_text(json.dumps(report, indent=1))
     print(
         "\n| setting | implementation | ms / call | useful TFLOP/s | MFU | effective TFLOP/s | speed-up vs dense "
         "| ideal (1/density) | note |\n|---|---|---|---|---|---|---|---|---|"

@@ -1,8 +1,10 @@
 """Synthetic moving-shapes videos (the offline stand-in for video latents) and a loader for user videos.
 
-Each video holds 1..max_shapes coloured discs or squares on black, moving at constant speed and
-bouncing off the borders; later shapes paint over earlier ones. Stored as uint8
-(n, channels, frames, size, size) in ``videos.npz`` with "train" and "test" arrays.
+Each video holds 1..max_shapes coloured discs or squares moving at constant speed and bouncing off
+the borders (later shapes paint over earlier ones) in front of a static background: a smooth random
+colour field whose correlation length spans a few tiles (``background_field``), so that denoising a
+pixel draws on its neighbourhood beyond one tile. Stored as uint8 (n, channels, frames, size, size)
+in ``videos.npz`` with "train", "val" and "test" arrays (validation: early stopping and the lr grid).
 """
 
 from __future__ import annotations
@@ -61,14 +63,37 @@ def moving_shapes(n: int, cfg, rng: np.random.Generator) -> np.ndarray:
         )
         inside &= present[:, None, None, None]
         videos = np.where(inside[..., None], colour[:, None, None, None, :], videos)
-    return np.ascontiguousarray(videos.transpose(0, 4, 1, 2, 3))
+    videos = np.ascontiguousarray(videos.transpose(0, 4, 1, 2, 3))
+    if cfg.background_contrast > 0:
+        background = background_field(n, cfg, rng)
+        videos = np.where(videos.any(1, keepdims=True), videos, background[:, :, None])
+    return videos
+
+
+def background_field(n: int, cfg, rng: np.random.Generator) -> np.ndarray:
+    """(n, channels, size, size) uint8 static backgrounds: white noise smoothed by a periodic Gaussian of
+    ``background_sigma`` px (0: one uniform colour per video), scaled to std ``background_contrast`` (in
+    units of half the pixel range) around mid-grey."""
+    from scipy.ndimage import gaussian_filter
+
+    C, S = cfg.channels, cfg.size
+    if cfg.background_sigma == 0:
+        field = np.broadcast_to(rng.standard_normal((n, C, 1, 1)), (n, C, S, S))
+    else:
+        white = rng.standard_normal((n, C, S, S))
+        field = gaussian_filter(white, sigma=(0, 0, cfg.background_sigma, cfg.background_sigma), mode="wrap")
+        field = field / field.std(axis=(1, 2, 3), keepdims=True)
+    return np.clip(127.5 + 127.5 * cfg.background_contrast * field, 0, 255).astype(np.uint8)
+
+
+SPLITS = ("train", "val", "test")
 
 
 def prepare(cfg, data_dir: Path) -> DatasetRef:
     d = cfg.data
     if d.videos_npz:
         source = user_data_path(d.videos_npz)
-        train, test = load_videos(source, d)
+        splits = load_videos(source, d)
         meta = {
             **dataset_meta("real", f"user-supplied video set data/{d.videos_npz}"),
             "generator": f"user videos {d.videos_npz}",
@@ -76,41 +101,50 @@ def prepare(cfg, data_dir: Path) -> DatasetRef:
         }
     else:
         rng = np.random.default_rng(cfg.seed)
-        train, test = moving_shapes(d.n_train, d, rng), moving_shapes(d.n_test, d, rng)
+        splits = {name: moving_shapes(size, d, rng) for name, size in zip(SPLITS, (d.n_train, d.n_val, d.n_test))}
         provenance = (
             f"generated from seed {cfg.seed}: moving shapes (1-{d.max_shapes} discs/squares, radius "
-            f"{d.min_radius:g}-{d.max_radius:g}, speed {d.min_speed:g}-{d.max_speed:g} px/frame), "
-            f"{d.frames} frames of {d.size}x{d.size}x{d.channels}, {d.n_train} train / {d.n_test} test videos"
+            f"{d.min_radius:g}-{d.max_radius:g}, speed {d.min_speed:g}-{d.max_speed:g} px/frame) over a static "
+            f"smooth background (contrast {d.background_contrast:g}, sigma {d.background_sigma:g} px), "
+            f"{d.frames} frames of {d.size}x{d.size}x{d.channels}, {d.n_train} train / {d.n_val} val / "
+            f"{d.n_test} test videos"
         )
         meta = {
             **dataset_meta("synthetic", provenance),
-            "generator": "moving shapes (discs and squares bouncing off the borders)",
+            "generator": "moving shapes (discs and squares bouncing off the borders) over a smooth static background",
             "synthetic": True,
         }
-    save_npz(Path(data_dir) / FILE, train=train, test=test)
-    meta.update(seed=cfg.seed, n_train=int(len(train)), n_test=int(len(test)), shape=list(train.shape[1:]))
+    save_npz(Path(data_dir) / FILE, **splits)
+    meta.update(
+        seed=cfg.seed, shape=list(splits["train"].shape[1:]), **{f"n_{k}": int(len(v)) for k, v in splits.items()}
+    )
     return write_manifest(data_dir, meta=meta)
 
 
-def load_videos(path: Path, d) -> tuple[np.ndarray, np.ndarray]:
-    """A user's video set: npz with uint8 "train"/"test" of shape (n, channels, frames, size, size)."""
+def load_videos(path: Path, d) -> dict[str, np.ndarray]:
+    """A user's video set: npz with uint8 "train"/"test" (and optionally "val") arrays of shape
+    (n, channels, frames, size, size). Without "val", the last ``n_val`` training videos become it."""
     with np.load(path) as archive:
         missing = {"train", "test"} - set(archive.files)
         if missing:
-            raise ValueError(f"{path}: missing arrays {sorted(missing)} (need 'train' and 'test')")
-        train, test = archive["train"], archive["test"]
+            raise ValueError(f"{path}: missing arrays {sorted(missing)} (need 'train' and 'test', optionally 'val')")
+        splits = {k: archive[k] for k in SPLITS if k in archive.files}
     expected = (d.channels, d.frames, d.size, d.size)
-    for name, arr in (("train", train), ("test", test)):
+    for name, arr in splits.items():
         if arr.dtype != np.uint8 or arr.ndim != 5 or arr.shape[1:] != expected:
             raise ValueError(
                 f"{path}: '{name}' must be uint8 (n, {', '.join(map(str, expected))}); got {arr.dtype} {arr.shape}"
             )
-    return train, test
+    if "val" not in splits:
+        if len(splits["train"]) <= d.n_val:
+            raise ValueError(f"{path}: {len(splits['train'])} training videos leave none after n_val={d.n_val}")
+        splits["train"], splits["val"] = splits["train"][: -d.n_val], splits["train"][-d.n_val :]
+    return {k: splits[k] for k in SPLITS}
 
 
 def load(data: DatasetRef) -> dict[str, np.ndarray]:
     with np.load(data.file(FILE)) as archive:
-        return {k: archive[k] for k in ("train", "test")}
+        return {k: archive[k] for k in SPLITS}
 
 
 def to_float(videos: np.ndarray):

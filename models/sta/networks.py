@@ -8,12 +8,12 @@ as HunyuanVideo and Wan) or the clean video x_0 (``"x"``, as in Li & He 2025, "B
 Denoising Generative Models Denoise": a narrow model on high-dimensional patches learns x_0 far
 faster); ``denoise`` and ``velocity`` convert between the two.
 
-Attention paths (``set_attention``):
+Attention paths (``set_attention``), each with one window for every head or one window per head:
   dense    scaled_dot_product_attention, no mask;
   sta      the STA mask through ``backend``: "sdpa" (boolean token mask; dense cost, exact, used to
            train on CPU), "flex" (FlexAttention with the STA BlockMask; compiled on a GPU) or
            "triton" (the project's kernel, forward only; tiles need >= 16 tokens);
-  swa      token-level sliding window (NATTEN-style) of a given token window, via masked SDPA.
+  swa      token-level sliding window (NATTEN-style) of given token windows, via masked SDPA.
 """
 
 from __future__ import annotations
@@ -27,6 +27,8 @@ from torch import nn
 from models.common.triton_mode import import_kernel
 
 from .masks import Canvas, same_reach_token_window, sta_block_mask, sta_token_mask, swa_token_mask, tile, untile
+
+TILE_ONLY = (1, 1, 1)  # the too-local window: every query tile attends its own tile only
 
 
 def load_kernel():
@@ -103,7 +105,7 @@ class VideoDiT(nn.Module):
         heads: int,
         mlp_ratio: float,
         tile_size,
-        window,
+        windows,
         backend: str = "sdpa",
         prediction: str = "x",
     ) -> None:
@@ -113,7 +115,7 @@ class VideoDiT(nn.Module):
         self.prediction = prediction
         self.channels, self.patch, self.heads = channels, tuple(patch), heads
         self.canvas = Canvas((frames // patch[0], size // patch[1], size // patch[2]), tuple(tile_size))
-        self.sta_window = self.canvas.check_window(window)
+        self.sta_windows = self.per_head(windows)
         self.backend = backend
         self.embed = nn.Conv3d(channels, dim, kernel_size=self.patch, stride=self.patch)
         self.register_buffer("pos", sincos_3d(self.canvas, dim)[None], persistent=False)
@@ -129,23 +131,35 @@ class VideoDiT(nn.Module):
 
     # -- attention switch -------------------------------------------------------------------
 
-    def set_attention(self, kind: str, window=None, backend: str | None = None, token_window=None) -> VideoDiT:
-        """kind: "dense", "sta" (window in tiles; default the configured one) or "swa" (token window;
-        default the same reach as the STA window). Weights are untouched: this is the training-free switch."""
-        self.kind, self.window = kind, None
+    def per_head(self, windows) -> tuple:
+        """One validated window triple per head from one triple or one triple per head."""
+        rows = [windows] * self.heads if isinstance(windows[0], int) else list(windows)
+        if len(rows) == 1:
+            rows = rows * self.heads
+        if len(rows) != self.heads:
+            raise ValueError(f"{len(rows)} windows for {self.heads} heads: give one or one per head")
+        return tuple(self.canvas.check_window(w) for w in rows)
+
+    def set_attention(self, kind: str, windows=None, backend: str | None = None, token_windows=None) -> VideoDiT:
+        """kind: "dense", "sta" (windows in tiles, one or one per head; default the configured ones) or "swa"
+        (token windows; default the same reach as the STA windows). Weights are untouched: the training-free
+        switch."""
+        self.kind, self.windows = kind, None
         self.path = backend or self.backend
         self._mask = self._block_mask = None
         if kind == "sta":
-            self.window = self.canvas.check_window(window or self.sta_window)
+            self.windows = self.per_head(windows or self.sta_windows)
             if self.path == "sdpa":
-                self._mask = sta_token_mask(self.canvas, self.window)
+                self._mask = torch.stack([sta_token_mask(self.canvas, w) for w in self.windows])
             elif self.path == "flex":
-                self._block_mask = sta_block_mask(self.canvas, self.window, self.heads)
+                self._block_mask = sta_block_mask(self.canvas, self.windows, self.heads)
             elif self.path != "triton":
                 raise ValueError(f"unknown STA backend {self.path!r}: sdpa, flex or triton")
         elif kind == "swa":
-            self.window = tuple(token_window or same_reach_token_window(self.canvas, window or self.sta_window))
-            self._mask = swa_token_mask(self.canvas, self.window)
+            reach = self.per_head(windows or self.sta_windows)
+            rows = token_windows or [same_reach_token_window(self.canvas, w) for w in reach]
+            self.windows = tuple(tuple(w) for w in ([rows] * self.heads if isinstance(rows[0], int) else rows))
+            self._mask = torch.stack([swa_token_mask(self.canvas, w) for w in self.windows])
         elif kind != "dense":
             raise ValueError(f"unknown attention {kind!r}: dense, sta or swa")
         return self
@@ -163,7 +177,7 @@ class VideoDiT(nn.Module):
             return flex_sta_attention(q, k, v, self._block_mask, compiled=q.is_cuda)
         if torch.is_grad_enabled() and q.requires_grad:
             raise RuntimeError("the Triton STA kernel is forward-only; train with backend 'sdpa' or 'flex'")
-        return load_kernel().sta_attention(q, k, v, self.canvas, self.window)
+        return load_kernel().sta_attention(q, k, v, self.canvas, self.windows)
 
     # -- rectified flow ---------------------------------------------------------------------------
 
@@ -209,7 +223,7 @@ def build_dit(cfg) -> VideoDiT:
         m.heads,
         m.mlp_ratio,
         m.tile,
-        m.window,
+        m.windows,
         m.backend,
         m.prediction,
     )

@@ -15,45 +15,66 @@ mixed blocks, so a block-sparse kernel reaches the ideal speed-up 1/density.
 What runs here (one pipeline, three parts):
 1. Kernel: the Triton forward kernel against dense masked attention (float32, max error < 1e-4)
    and FlexAttention with the same BlockMask, on the configured small canvases: under the Triton
-   interpreter on CPU (TRITON_INTERPRET=1, set by ``networks.load_kernel`` before the import), compiled on
-   a GPU. The output is poisoned with NaN first, so an unwritten element fails the check. The
-   kernel counts the key tiles each query block visits (must equal k_t k_h k_w).
+   interpreter on CPU (``networks.load_kernel`` -> ``models.common.triton_mode``, the one switch),
+   compiled on a GPU. The output is poisoned with NaN first, so an unwritten element fails the check.
+   The kernel counts the key tiles each query block visits (must equal k_t k_h k_w).
 2. Sparsity accounting: full / partial (mixed) / skipped key-value blocks of STA and of token-level
    sliding-window attention (NATTEN-style) of the same reach, densities, ideal speed-ups and FLOPs,
-   for the DiT's canvas, the brief's (8, 16, 16) canvas and the Hunyuan / Wan canvases (exact per-axis
-   factorisation, no 115k x 115k mask).
-3. A small video DiT (rectified flow) is pre-trained with dense attention on synthetic moving-shapes
-   videos, then switched to STA training-free and after a short STA fine-tune, as the paper does
-   for HunyuanVideo; the baseline is the same dense model trained for the same extra steps. Also
-   evaluated training-free: token SWA of the same reach and a few other STA windows (loss against
-   density: the "mask search" view). Metrics: the test denoising loss (MSE of the clean-video
-   estimate, averaged over fixed flow times with shared noise), and samples from shared noise (PSNR
-   against the dense model's samples, Frechet distance of pooled pixels' PCA features to the test
-   videos).
+   for the DiT's windows, the brief's (8, 16, 16) canvas and the Hunyuan / Wan canvases (exact
+   per-axis factorisation, no 115k x 115k mask).
+3. Quality at the paper's density. A small video DiT (rectified flow, x_0 prediction) is pre-trained
+   with dense attention on synthetic moving-shapes videos over a smooth static background, then
+   fine-tuned from those weights, as the paper does for HunyuanVideo, in three arms: ``baseline``
+   dense, ``method`` STA (3 heads, one 9-tile window each: (1,3,3), (3,1,3), (3,3,1) on 4 x 4 x 4
+   tiles = 14.1 % density, the paper's 9-15 %) and ``ablation_tile`` the too-local window that sees
+   only its own tile (1.6 %). Every arm: the same step budget, the same lr grid chosen on the
+   validation videos (first fine-tune seed), early stopping with patience on the validation loss
+   ending on the best weights, then ``train.n_seeds`` paired fine-tune seeds (each seed fixes batch
+   order and noise draws for every arm). Training-free views from the pre-trained weights: STA,
+   tile-only, token SWA of the same reach and a window sweep (loss against density). Metrics: the
+   test denoising loss (MSE of the clean-video estimate at fixed flow times, shared noise), and
+   samples from shared noise (PSNR against the dense model's samples, a pixel-PCA Frechet distance).
 
-Claim check (``claim``): three criteria. 0 mixed STA blocks summed over every canvas and > 0 for the
-fewest-mixed token-SWA canvas (exact counts, zero-width intervals); the fine-tuned STA / dense test
-denoising loss - 1 <= 5 %, a percentile bootstrap over the paired test videos (evaluate emits
-``<variant>/video<j>/denoise_loss`` for method and baseline). Kernel and accounting checks stay must-pass.
+Claim check (``claim``), REVIEW.md's restated check (density 9-15 % on a task where a too-local
+window hurts; dense, STA and tile-only separate). Criteria: 0 mixed STA blocks summed over every
+canvas and > 0 for the fewest-mixed token-SWA canvas (exact counts); over the paired fine-tune seeds
+(Student-t 95 %): fine-tuned STA / dense test loss - 1 <= 5 % (the brief's tolerance); the tile-only
+window / dense - 1 > 5 % (the too-local window misses the same tolerance: the check discriminates);
+tile-only / STA - 1 > 0 (STA uses the context a tile-only window lacks). Must pass: kernel, Flex and
+accounting checks, and the dense DiT beats the mean-video predictor.
+
+Task design (decided before any claim run, from one pilot of one seed): on the old black-background
+videos at 42 % density a tile-only window was within +8 % of dense (REVIEW.md), and in the pilot at
+14 % density tile-only, STA and dense fine-tunes were all within 1 % of each other: a black background
+carries no context to pool. With a smooth background field (correlation length a few tiles) the pilot's
+tile-only fine-tune was ~+40 % over dense; the field's contrast and smoothness are fixed by that
+reasoning (a local, beyond-one-tile correlation, the paper's premise), not by STA's number.
 
 Deliberate deviations and why:
 * No video latents, VAE or text encoder offline: the DiT is pixel-space on 8-frame 32 x 32 videos
-  (canvas (4, 8, 8) = 256 tokens, tile (1, 2, 2), window (3, 3, 3) tiles = 42 % density) instead of
-  Hunyuan's 115k tokens at 9 % density; VBench / CD-FVD / human studies become denoising loss,
-  PSNR against dense samples and a pixel-PCA Frechet distance. No text tokens in the DiT (the
-  kernel and masks support them and are tested with them).
+  (canvas (4, 8, 8) = 256 tokens, tile (1, 2, 2) -> 4 x 4 x 4 tiles) instead of Hunyuan's 115k
+  tokens; VBench / CD-FVD / human studies become denoising loss, PSNR against dense samples and a
+  pixel-PCA Frechet distance. No text tokens in the DiT (the kernel and masks support them and are
+  tested with them).
+* Windows: (3, 3, 3) on 4 tiles per axis would be 42 % dense, so each head has a 9-tile window flat
+  on one axis, the kind of per-head windows the paper's mask search picks for Wan; the heads together
+  mix all three axes. Fixed per head rather than searched per (layer, head, timestep) (Algorithm 1):
+  the search's profiling pass is not reproduced; the training-free sweep shows loss against density.
 * The DiT predicts the clean video x_0 (loss: MSE on x_0) rather than HunyuanVideo's velocity: a
-  48-wide model on 96-value patches trained for 400 CPU steps learns x_0 several times faster
-  (measured before any STA run: at t = 0.5 the velocity MSE was 0.14 with x_0-prediction vs 0.69
-  with v-prediction, whose samples were pure noise). The sampler is the same Euler flow ODE on
-  v = (x_t - x_0) / max(t, 0.05). The paper scale uses v-prediction (``model.prediction``).
+  48-wide model on 96-value patches learns x_0 several times faster on a CPU budget (measured before
+  any STA run: at t = 0.5 the velocity MSE was 0.14 with x_0-prediction vs 0.69 with v-prediction,
+  whose samples were pure noise). The sampler is the same Euler flow ODE on v = (x_t - x_0) / max(t,
+  0.05). The paper scale uses v-prediction (``model.prediction``).
+* One dense pre-training is shared by the arms and seeds (the paper fine-tunes one pre-trained
+  model): the intervals cover the fine-tune's seed-to-seed spread and the test set, not pre-training.
 * The DiT trains and evaluates through the PyTorch STA path (masked SDPA; FlexAttention is checked
   equal). The Triton kernel under the interpreter costs ~5-20 ms per block step, far too slow for
   training, and is forward-only; it is tested on small canvases and is a DiT backend for inference
   when tiles hold >= 16 tokens (the DiT's 4-token tiles do not, on purpose: 3-D locality needs
   >= 4 tiles per axis on a 256-token canvas).
 * Speed (58.79 % MFU, 2.8-17x over FlashAttention) needs an H100: ``benchmarks/sta_attention.py``
-  measures it on a GPU; here the "hardware-aware" claim is checked structurally (0 mixed blocks).
+  measures it on a GPU (Triton kernel vs dense SDPA vs FlexAttention at the same mask); here the
+  "hardware-aware" claim is checked structurally (0 mixed blocks).
 * The kernel is a FlashAttention-2-style Triton kernel with fixed blocks (no autotune, no
   ThunderKittens producer/consumer warp-groups); windows may differ per head as in the official one.
 * tile/untile happens once around the whole DiT rather than around every attention call (all other
@@ -79,17 +100,16 @@ from models.common.triton_mode import KernelUnavailable, use_interpreter_without
 
 use_interpreter_without_gpu()  # before lightning imports triton.language
 
-import lightning as L  # noqa: E402
 import numpy as np  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts  # noqa: E402
-from models.common import plotting  # noqa: E402
 from models.common import verdicts as V  # noqa: E402
-from models.common.lightning import fit, set_threads  # noqa: E402
+from models.common.lightning import set_threads  # noqa: E402
+from models.common.selection import grid, select_on_validation  # noqa: E402
 
 from . import data as data_mod  # noqa: E402
+from . import plots  # noqa: E402
 from .config import Config  # noqa: E402
 from .masks import (  # noqa: E402
     Canvas,
@@ -108,24 +128,11 @@ from .masks import (  # noqa: E402
     swa_counts,
     swa_token_mask,
 )
-from .networks import VideoDiT, build_dit, load_kernel  # noqa: E402
+from .networks import TILE_ONLY, VideoDiT, build_dit, load_kernel  # noqa: E402
+from .training import fit_flow  # noqa: E402
 
-COLORS = {
-    "dense_pretrained": "k",
-    "baseline": "tab:gray",
-    "sta_zero_shot": "tab:orange",
-    "method": "tab:red",
-    "swa_zero_shot": "tab:blue",
-    "baseline_swa": "tab:cyan",
-}
-LABELS = {
-    "dense_pretrained": "dense (pre-trained)",
-    "baseline": "dense + extra steps",
-    "sta_zero_shot": "STA, training-free",
-    "method": "STA, fine-tuned",
-    "swa_zero_shot": "token SWA, training-free",
-    "baseline_swa": "token SWA, fine-tuned",
-}
+# Fine-tuned arms -> the attention they fine-tune and are evaluated with.
+ARMS = {"baseline": "dense", "method": "sta", "ablation_tile": "tile"}
 
 
 # ----------------------------------------------------------------------------- data
@@ -138,130 +145,67 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
 # ----------------------------------------------------------------------------- training
 
 
-class FlowMatching(L.LightningModule):
-    """Rectified flow x_t = (1 - t) x_0 + t eps; MSE on the DiT's output (x_0 or v = eps - x_0)."""
-
-    def __init__(self, net: VideoDiT, lr: float, warmup: int, weight_decay: float) -> None:
-        super().__init__()
-        self.net, self.lr, self.warmup, self.weight_decay = net, lr, warmup, weight_decay
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        x0 = batch[0]
-        if stage == "train":
-            t, noise = torch.rand(len(x0), device=x0.device), torch.randn_like(x0)
-        else:  # fixed draws: the validation curve compares like with like
-            g = torch.Generator().manual_seed(10_000 + len(x0))
-            t, noise = torch.rand(len(x0), generator=g).to(x0.device), torch.randn(x0.shape, generator=g).to(x0.device)
-        loss = flow_loss(self.net, x0, t, noise)
-        self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=stage != "train", batch_size=len(x0))
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val")
-
-    def configure_optimizers(self):
-        optimiser = torch.optim.AdamW(self.net.parameters(), lr=self.lr, weight_decay=self.weight_decay)
-        warmup = max(self.warmup, 1)
-        schedule = torch.optim.lr_scheduler.LambdaLR(optimiser, lambda step: min(1.0, (step + 1) / warmup))
-        return {"optimizer": optimiser, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+def with_attention(net: VideoDiT, kind: str) -> VideoDiT:
+    """Switch ``net`` to an arm's attention: dense, STA (the configured windows) or tile-only."""
+    if kind == "tile":
+        return net.set_attention("sta", TILE_ONLY)
+    return net.set_attention(kind)
 
 
-def flow_loss(net: VideoDiT, x0: torch.Tensor, t: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    tb = t[:, None, None, None, None]
-    target = x0 if net.prediction == "x" else noise - x0
-    return F.mse_loss(net((1 - tb) * x0 + tb * noise, t), target)
-
-
-def _fit(cfg: Config, net: VideoDiT, videos: dict, steps: int, lr: float, warmup: int, seed: int, variant: str):
-    train_set = TensorDataset(data_mod.to_float(videos["train"]))
-    val_set = TensorDataset(data_mod.to_float(videos["test"][: cfg.train.val_videos]))
-    loader = DataLoader(
-        train_set,
-        min(cfg.train.batch_size, len(train_set)),
-        shuffle=True,
-        drop_last=True,
-        generator=torch.Generator().manual_seed(seed),
-    )
-    module = FlowMatching(net, lr, warmup, cfg.train.weight_decay)
-    # The paper scale is meant for a GPU (untested here); smoke and default train on the CPU unless
-    # PAPERLINE_ACCELERATOR says otherwise (the environment's setting wins in fit).
-    accelerator = "gpu" if cfg.scale == Scale.paper and torch.cuda.is_available() else "cpu"
-    return fit(
-        module,
-        loader,
-        DataLoader(val_set, len(val_set)),
-        max_epochs=10**6,
-        seed=seed,
-        variant=variant,
-        max_steps=steps,
-        val_check_interval=min(cfg.train.val_every, steps),
-        check_val_every_n_epoch=None,
-        accelerator=accelerator,
-    )
-
-
-FINETUNED = {"method": "sta", "baseline": "dense", "baseline_swa": "swa"}  # variant -> attention while fine-tuning
+def finetune_seeds(cfg: Config) -> list[int]:
+    return [cfg.seed + 1 + i for i in range(cfg.train.n_seeds)]
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     set_threads()
     videos = data_mod.load(data)
+    out_dir = Path(out_dir)
     torch.manual_seed(cfg.seed)
     net = build_dit(cfg)
-    history = {
-        "pretrain": _fit(
-            cfg,
-            net,
-            videos,
-            cfg.train.dense_steps,
-            cfg.train.lr,
-            cfg.train.warmup_steps,
-            cfg.seed,
-            "dense pre-training",
+    pre = fit_flow(
+        cfg, net, videos, cfg.train.dense_steps, cfg.train.lr, cfg.train.warmup_steps, cfg.seed, "dense pre-training"
+    )
+    torch.save(net.state_dict(), out_dir / "dense_pretrained.pt")
+    history = {"pretrain": pre.history}
+    summary = {"pretrain/best_val_loss": pre.best_val, "pretrain/best_step": float(pre.best_step)}
+    seeds = finetune_seeds(cfg)
+    for arm, kind in ARMS.items():
+
+        def fine_tune(point: dict, seed: int):
+            tuned = with_attention(copy.deepcopy(net), kind)
+            label = f"{arm} ({kind}) fine-tune lr {point['lr']:g} seed {seed}"
+            result = fit_flow(cfg, tuned, videos, cfg.train.finetune_steps, point["lr"], 0, seed, label)
+            return result.best_val, (tuned, result)
+
+        # The lr grid is scored on the validation videos with the first fine-tune seed; that fit is kept.
+        selection, first = select_on_validation(
+            arm,
+            grid(lr=cfg.train.finetune_lrs),
+            lambda point: fine_tune(point, seeds[0]),
+            metric="loss",
+            higher_is_better=False,
         )
-    }
-    torch.save(net.state_dict(), Path(out_dir) / "dense_pretrained.pt")
-    summary = {"pretrain/final_train_loss": _last(history["pretrain"], "train/loss")}
-    if cfg.train.finetune_steps:
-        for variant, kind in FINETUNED.items():
-            if variant == "baseline_swa" and not cfg.train.finetune_swa:
-                continue
-            tuned = copy.deepcopy(net).set_attention(kind)
-            history[variant] = _fit(
-                cfg,
-                tuned,
-                videos,
-                cfg.train.finetune_steps,
-                cfg.train.finetune_lr,
-                0,
-                cfg.seed + 1,
-                f"{kind} fine-tune",
-            )
-            torch.save(tuned.state_dict(), Path(out_dir) / f"{variant}.pt")
-            summary[f"{variant}/final_val_loss"] = _last(history[variant], "val/loss")
+        summary.update(selection.summary())
+        for row in selection.table:
+            summary[f"select/{arm}/lr{row['lr']:g}/val_loss"] = float(row["val_loss"])
+        for i, seed in enumerate(seeds):
+            tuned, result = first if i == 0 else fine_tune(selection.chosen, seed)[1]
+            torch.save(tuned.state_dict(), out_dir / f"{arm}_seed{i}.pt")
+            history[f"{arm}/seed{i}"] = result.history
+            summary[f"select/{arm}/seed{i}/best_step"] = float(result.best_step)
+            summary[f"select/{arm}/seed{i}/best_val_loss"] = result.best_val
     return TrainedArtifacts(out_dir, history, summary)
-
-
-def _last(records: list[dict], key: str) -> float:
-    values = [r[key] for r in records if key in r]
-    return float(values[-1]) if values else float("nan")
 
 
 def _load(cfg: Config, model_dir: Path, name: str, kind: str) -> VideoDiT:
     net = build_dit(cfg)
-    path = Path(model_dir) / f"{name}.pt"
-    if not path.is_file():  # no fine-tune (finetune_steps = 0): the pre-trained weights
-        path = Path(model_dir) / "dense_pretrained.pt"
-    net.load_state_dict(torch.load(path, weights_only=True))
-    return net.set_attention(kind).eval()
+    net.load_state_dict(torch.load(Path(model_dir) / f"{name}.pt", weights_only=True))
+    return with_attention(net, kind).eval()
 
 
 def load_model(cfg: Config, model_dir: Path) -> VideoDiT:
-    """The registered model: the STA-fine-tuned video DiT (attention set to STA)."""
-    return _load(cfg, model_dir, "method", "sta")
+    """The registered model: the STA-fine-tuned video DiT of the first seed (attention set to STA)."""
+    return _load(cfg, model_dir, "method_seed0", "sta")
 
 
 # ----------------------------------------------------------------------------- evaluation: kernel
@@ -348,7 +292,10 @@ def _check_kernels_in_subprocess(cfg: Config) -> dict[str, float]:
 
 
 def accounting_cases(cfg: Config) -> list[tuple[str, Canvas, tuple]]:
-    cases = [("dit", Canvas(cfg.canvas, cfg.model.tile), cfg.model.window)]
+    """The DiT's canvas with each distinct head window, then the configured canvases."""
+    canvas = Canvas(cfg.canvas, cfg.model.tile)
+    windows = list(dict.fromkeys(tuple(w) for w in cfg.model.windows))
+    cases = [("dit_" + "x".join(map(str, w)), canvas, w) for w in windows]
     return cases + [(c.name, Canvas(c.canvas, c.tile), c.window) for c in cfg.kernel.accounting]
 
 
@@ -377,9 +324,6 @@ def sparsity_accounting(cfg: Config) -> dict[str, float]:
         values[p + "dense_tflop_b1h24d128"] = dense_flops(1, 24, canvas.tokens, 128) / 1e12
         values[p + "sta_tflop_b1h24d128"] = sta_flops(canvas, window, 1, 24, 128) / 1e12
     return values
-
-
-# ----------------------------------------------------------------------------- evaluation: the DiT
 
 
 @torch.no_grad()
@@ -439,59 +383,95 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
     return min(100.0, 10 * math.log10(4.0 / max(mse, 1e-12)))
 
 
+def sta_density(cfg: Config) -> float:
+    """Token density of the DiT's STA mask (mean over heads)."""
+    canvas = Canvas(cfg.canvas, cfg.model.tile)
+    windows = cfg.model.windows * (cfg.model.heads // len(cfg.model.windows))
+    return float(np.mean([sta_counts(canvas, w).density for w in windows]))
+
+
 def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[str, float], dict]:
     videos = data_mod.load(data)
     test = data_mod.to_float(videos["test"])
-    variants = {
-        "dense_pretrained": _load(cfg, model_dir, "dense_pretrained", "dense"),
-        "baseline": _load(cfg, model_dir, "baseline", "dense"),
-        "sta_zero_shot": _load(cfg, model_dir, "dense_pretrained", "sta"),
-        "method": _load(cfg, model_dir, "method", "sta"),
-        "swa_zero_shot": _load(cfg, model_dir, "dense_pretrained", "swa"),
-    }
-    if cfg.train.finetune_swa and cfg.train.finetune_steps:
-        variants["baseline_swa"] = _load(cfg, model_dir, "baseline_swa", "swa")
-    canvas = variants["method"].canvas
-    density = {
-        "sta": sta_counts(canvas, cfg.model.window).density,
-        "swa": swa_counts(canvas, same_reach_token_window(canvas, cfg.model.window)).density,
-    }
-
     train_videos = data_mod.to_float(videos["train"])
+    canvas = Canvas(cfg.canvas, cfg.model.tile)
+    density = {
+        "dense": 1.0,
+        "sta": sta_density(cfg),
+        "tile": sta_counts(canvas, TILE_ONLY).density,
+    }
+    swa_windows = [same_reach_token_window(canvas, w) for w in cfg.model.windows]
+    density["swa"] = float(np.mean([swa_counts(canvas, w).density for w in swa_windows]))
     values: dict[str, float] = {"data/mean_predictor_loss": mean_predictor_loss(train_videos, test)}
+    values.update({f"density/{k}": v for k, v in density.items()})
     curves: dict[str, np.ndarray] = {}
-    for name, net in variants.items():
-        curves[name], per_video = denoising_losses(cfg, net, test)
-        values[f"{name}/denoise_loss"] = float(curves[name].mean())
-        if name in ("method", "baseline"):  # the claim's loss gap is rebuilt from these
-            for j, loss in enumerate(per_video.mean(0)):
-                values[f"{name}/video{j}/denoise_loss"] = float(loss)
-        for t_value, loss in zip(cfg.eval.loss_times, curves[name]):
-            values[f"{name}/denoise_loss_t{t_value:g}"] = float(loss)
-        values[f"{name}/density"] = density.get(net.kind, 1.0)
 
-    # Samples from shared noise: fidelity to the dense model (the paper's PSNR vs the original model)
-    # and a Frechet distance of pooled-pixel PCA features to the test videos.
+    # Training-free: the dense pre-trained weights under each attention.
+    zero_shot = {
+        "dense_pretrained": "dense",
+        "sta_zero_shot": "sta",
+        "tile_zero_shot": "tile",
+        "swa_zero_shot": "swa",
+    }
+    models = {name: _load(cfg, model_dir, "dense_pretrained", kind) for name, kind in zero_shot.items()}
+    for name, net in models.items():
+        curves[name] = denoising_losses(cfg, net, test)[0]
+        values[f"{name}/denoise_loss"] = float(curves[name].mean())
+        values[f"{name}/density"] = density[zero_shot[name]]
+
+    # Fine-tuned arms, one model per paired seed: per-seed losses are the claim's units.
+    finetuned = {}
+    for arm, kind in ARMS.items():
+        per_seed, per_t = [], []
+        for i in range(cfg.train.n_seeds):
+            net = _load(cfg, model_dir, f"{arm}_seed{i}", kind)
+            losses = denoising_losses(cfg, net, test)[0]
+            per_seed.append(float(losses.mean()))
+            per_t.append(losses)
+            values[f"{arm}/seed{i}/denoise_loss"] = per_seed[-1]
+            if i == 0:
+                models[arm] = net
+        curves[arm] = np.mean(per_t, 0)
+        values[f"{arm}/denoise_loss"] = float(np.mean(per_seed))
+        values[f"{arm}/density"] = density[kind]
+        for t_value, loss in zip(cfg.eval.loss_times, curves[arm]):
+            values[f"{arm}/denoise_loss_t{t_value:g}"] = float(loss)
+        finetuned[arm] = (density[kind], per_seed)
+    for arm in ("method", "ablation_tile"):
+        values[f"{arm}/loss_gap"] = values[f"{arm}/denoise_loss"] / values["baseline/denoise_loss"] - 1
+    values["sta_zero_shot/loss_gap"] = (
+        values["sta_zero_shot/denoise_loss"] / values["dense_pretrained/denoise_loss"] - 1
+    )
+
+    # Samples from shared noise (first seed's fine-tunes): fidelity to the dense model (the paper's PSNR
+    # against the original model) and a Frechet distance of pooled-pixel PCA features to the test videos.
     noise = torch.randn(
         (cfg.eval.n_samples,) + tuple(test.shape[1:]), generator=torch.Generator().manual_seed(cfg.seed + 99)
     )
-    samples = {name: sample(cfg, net, noise) for name, net in variants.items()}
+    shown = ("dense_pretrained", "baseline", "method", "ablation_tile")
+    samples = {name: sample(cfg, models[name], noise) for name in shown}
     test_features = pooled_features(test)
     mean = test_features.mean(0)
     _, _, vt = np.linalg.svd(test_features - mean, full_matrices=False)
     basis = vt[: cfg.eval.pca_dims].T
-    project = lambda feats: (feats - mean) @ basis
-    train_ref = train_videos[: len(test)]
-    values["data/fd_train_vs_test"] = frechet_distance(project(pooled_features(train_ref)), project(test_features))
+
+    def project(feats):
+        return (feats - mean) @ basis
+
+    values["data/fd_train_vs_test"] = frechet_distance(
+        project(pooled_features(train_videos[: len(test)])), project(test_features)
+    )
     for name, x in samples.items():
         values[f"{name}/fd"] = frechet_distance(project(pooled_features(x)), project(test_features))
-        values[f"{name}/psnr_vs_dense"] = psnr(x, samples["dense_pretrained"]) if name != "dense_pretrained" else 100.0
+        if name not in ("dense_pretrained", "baseline"):
+            reference = samples["baseline" if name in ARMS else "dense_pretrained"]
+            values[f"{name}/psnr_vs_dense"] = psnr(x, reference)
 
     # The training-free window sweep (loss against density) from the dense pre-trained weights.
-    sweep = []
-    for window in (*cfg.eval.sweep_windows, cfg.model.window):
-        net = _load(cfg, model_dir, "dense_pretrained", "sta")
-        net.set_attention("sta", window)
+    sweep = [(("per-head",), density["sta"], values["sta_zero_shot/denoise_loss"])]
+    sweep.append((TILE_ONLY, density["tile"], values["tile_zero_shot/denoise_loss"]))
+    for window in cfg.eval.sweep_windows:
+        net = _load(cfg, model_dir, "dense_pretrained", "dense").set_attention("sta", window)
         tag = "x".join(map(str, window))
         loss = float(denoising_losses(cfg, net, test)[0].mean())
         dens = sta_counts(canvas, window).density
@@ -499,7 +479,7 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
         sweep.append((window, dens, loss))
 
     # The FlexAttention path gives the same DiT output as the masked-SDPA path.
-    method = variants["method"]
+    method = models["method"]
     x = test[: min(4, len(test))]
     t = torch.full((len(x),), 0.5)
     with torch.no_grad():
@@ -511,7 +491,7 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
         "samples": samples,
         "test": test[: cfg.eval.n_samples],
         "sweep": sweep,
-        "density": density,
+        "finetuned": finetuned,
     }
     return values, extras
 
@@ -522,175 +502,43 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     values.update(sparsity_accounting(cfg))
     dit_values, extras = evaluate_dit(cfg, data, artifacts.model_dir)
     values.update(dit_values)
-    values["method/loss_gap"] = values["method/denoise_loss"] / values["baseline/denoise_loss"] - 1
-    values["sta_zero_shot/loss_gap"] = (
-        values["sta_zero_shot/denoise_loss"] / values["dense_pretrained/denoise_loss"] - 1
-    )
-    plots = Path(out_dir) / "plots"
+    figures_dir = Path(out_dir) / "plots"
+    cases = accounting_cases(cfg)
     figures = [
-        plot_training(cfg, artifacts.history, plots / "training_curves.png"),
-        plot_losses(cfg, extras, plots / "denoising_loss.png"),
-        plot_samples(cfg, extras, plots / "samples.png"),
-        plot_block_counts(cfg, values, plots / "block_counts.png"),
-        plot_block_maps(cfg, plots / "block_maps.png"),
+        plots.plot_training(cfg, artifacts.history, figures_dir / "training_curves.png"),
+        plots.plot_losses(cfg, extras, figures_dir / "denoising_loss.png"),
+        plots.plot_samples(cfg, extras, figures_dir / "samples.png"),
+        plots.plot_block_counts(cases, values, figures_dir / "block_counts.png"),
+        # The brief's (8, 16, 16) canvas when configured: the DiT's tiny tiles make a less telling picture.
+        plots.plot_block_maps(
+            *plots.small_case([c for c in cases if not c[0].startswith("dit_")] or cases),
+            figures_dir / "block_maps.png",
+        ),
     ]
     return Metrics(values, figures)
 
 
-# ----------------------------------------------------------------------------- figures
-
-
-def plot_training(cfg: Config, history: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    offsets = {"pretrain": 0}
-    for name, records in history.items():
-        offset = offsets.get(name, cfg.train.dense_steps)
-        color = COLORS.get(name, "k")
-        label = "dense pre-training" if name == "pretrain" else LABELS.get(name, name)
-        steps = [(r["step"] + offset, r["train/loss"]) for r in records if "train/loss" in r]
-        if steps:
-            xs, ys = np.array(steps).T
-            width = max(1, len(ys) // 20)
-            smooth = np.convolve(ys, np.ones(width) / width, mode="valid")
-            axes[0].plot(xs[width - 1 :], smooth, color=color, label=label)
-        val = [(r["step"] + offset, r["val/loss"]) for r in records if "val/loss" in r]
-        if val:
-            axes[1].plot(*np.array(val).T, marker="o", color=color, label=label)
-    for ax, title in zip(axes, ("train loss (running mean)", "validation loss (fixed noise)")):
-        ax.set_xlabel("step")
-        ax.set_yscale("log")
-        ax.set_title(title, fontsize=9)
-        ax.grid(alpha=0.3)
-        ax.axvline(cfg.train.dense_steps, color="k", lw=0.5, ls=":")
-    axes[0].legend(fontsize=7)
-    return plotting.save(fig, path)
-
-
-def plot_losses(cfg: Config, extras: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))
-    for name, curve in extras["curves"].items():
-        axes[0].plot(cfg.eval.loss_times, curve, marker="o", color=COLORS[name], label=LABELS[name])
-    axes[0].set_xlabel("flow time t (0 = data, 1 = noise)")
-    axes[0].set_ylabel("test MSE of the x_0 estimate")
-    axes[0].set_yscale("log")
-    axes[0].legend(fontsize=7)
-    axes[0].set_title("Denoising loss per noise level", fontsize=9)
-    for window, dens, loss in extras["sweep"]:
-        axes[1].scatter(dens, loss, color="tab:orange")
-        axes[1].annotate("x".join(map(str, window)), (dens, loss), fontsize=7)
-    dense = float(extras["curves"]["dense_pretrained"].mean())
-    swa = float(extras["curves"]["swa_zero_shot"].mean())
-    axes[1].axhline(dense, color="k", ls="--", lw=0.8, label="dense")
-    axes[1].scatter(extras["density"]["swa"], swa, color="tab:blue", marker="s", label="token SWA (same reach)")
-    axes[1].set_xlabel("attention density")
-    axes[1].set_ylabel("test denoising loss (mean over t)")
-    axes[1].set_title("Training-free STA windows (tiles) on the dense model", fontsize=9)
-    axes[1].legend(fontsize=7)
-    axes[1].grid(alpha=0.3)
-    return plotting.save(fig, path)
-
-
-def _to_image(video: torch.Tensor, frames: int) -> np.ndarray:
-    """(C, F, S, S) in [-1, 1] -> (S, frames * S, 3) image strip."""
-    v = ((video[:, :frames] + 1) / 2).clamp(0, 1)
-    if v.shape[0] == 1:
-        v = v.expand(3, -1, -1, -1)
-    elif v.shape[0] == 2:
-        v = torch.cat([v, v[:1]])
-    return v.permute(2, 1, 3, 0).reshape(v.shape[2], -1, 3).numpy()
-
-
-def plot_samples(cfg: Config, extras: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    rows = [("test videos", extras["test"])] + [(LABELS[n], s) for n, s in extras["samples"].items()]
-    n_videos = min(3, len(extras["test"]))
-    fig, axes = plt.subplots(len(rows), n_videos, figsize=(3.2 * n_videos, 0.9 * len(rows) + 0.4), squeeze=False)
-    for r, (label, videos) in enumerate(rows):
-        for c in range(n_videos):
-            axes[r, c].imshow(_to_image(videos[c], cfg.data.frames), interpolation="nearest")
-            axes[r, c].set_xticks([])
-            axes[r, c].set_yticks([])
-        axes[r, 0].set_ylabel(label, fontsize=6, rotation=0, ha="right", va="center")
-    axes[0, 0].set_title("frames left to right; sample rows share their initial noise", fontsize=8, loc="left")
-    return plotting.save(fig, path)
-
-
-def plot_block_counts(cfg: Config, values: dict, path: Path) -> Path:
-    plt = plotting.pyplot()
-    names = [name for name, _, _ in accounting_cases(cfg)]
-    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        p = f"sparsity/{name}/"
-        bottom = np.zeros(2)
-        for part, color in (("full", "tab:green"), ("partial", "tab:red"), ("skipped", "lightgray")):
-            heights = np.array([values[p + f"{m}_{part}_blocks"] for m in ("sta", "swa")], dtype=float)
-            total = np.array(
-                [sum(values[p + f"{m}_{q}_blocks"] for q in ("full", "partial", "skipped")) for m in ("sta", "swa")]
-            )
-            ax.bar([0, 1], heights / total, bottom=bottom, color=color, label=part)
-            bottom += heights / total
-        ax.set_xticks([0, 1], ["STA", "token\nSWA"])
-        ax.set_title(f"{name}\nideal x{values[p + 'sta_ideal_speedup']:.1f}", fontsize=8)
-    axes[0, 0].set_ylabel("fraction of tile blocks")
-    axes[0, -1].legend(fontsize=7, loc="upper right")
-    return plotting.save(fig, path)
-
-
-def plot_block_maps(cfg: Config, path: Path) -> Path:
-    """Block classes (full / partial / skipped) of STA vs token SWA on the brief's (8, 16, 16) canvas."""
-    plt = plotting.pyplot()
-    from matplotlib.colors import ListedColormap
-
-    case = next((c for c in cfg.kernel.accounting if math.prod(c.canvas) <= 4096), None)
-    name, canvas, window = (
-        (case.name, Canvas(case.canvas, case.tile), case.window) if case else accounting_cases(cfg)[0]
-    )
-    s = canvas.tile_tokens
-    fig, axes = plt.subplots(1, 2, figsize=(8, 4))
-    masks = {
-        "STA": sta_token_mask(canvas, window),
-        "token SWA": swa_token_mask(canvas, same_reach_token_window(canvas, window)),
-    }
-    for ax, (label, mask) in zip(axes, masks.items()):
-        per_block = mask.reshape(canvas.n_tiles, s, canvas.n_tiles, s).sum((1, 3))
-        classes = torch.where(per_block == s * s, 2, torch.where(per_block > 0, 1, 0)).numpy()
-        ax.imshow(
-            classes,
-            cmap=ListedColormap(["whitesmoke", "tab:red", "tab:green"]),
-            vmin=0,
-            vmax=2,
-            interpolation="nearest",
-        )
-        counts = counts_of_mask(mask, s)
-        ax.set_title(f"{label}: {counts.full} full, {counts.partial} mixed\n(density {counts.density:.3f})", fontsize=9)
-        ax.set_xlabel("key tile")
-        ax.set_ylabel("query tile")
-    fig.suptitle(f"{name}: canvas {canvas.size}, tile {canvas.tile}, window {window} tiles", fontsize=9)
-    return plotting.save(fig, path)
-
-
 # ----------------------------------------------------------------------------- claim
+
+PAPER_QUALITY = "HunyuanVideo 720p, window (3,3,3) = 91 % sparse, fine-tuned: VBench -0.09 % vs dense (paper abstract)"
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """Three criteria: STA's mixed blocks summed over every canvas <= 0 and token SWA's fewest > 0 (exact counts),
-    and the fine-tuned STA / dense loss ratio - 1 <= ``eval.claim_loss_gap`` with a percentile bootstrap over the
-    paired test videos (shared noise and flow times). At the default scale there is one fine-tune per arm, so
-    that interval is the test set's sampling noise, not the fine-tune's seed-to-seed spread."""
+    """Five criteria. Exact block counts: STA's mixed blocks summed over every canvas <= 0 and token SWA's fewest
+    > 0. Over the paired fine-tune seeds (Student-t): STA / dense - 1 <= ``eval.claim_loss_gap``; tile-only / dense
+    - 1 > ``eval.claim_loss_gap`` (the too-local window misses the tolerance, so the check discriminates);
+    tile-only / STA - 1 > 0."""
     v = metrics.values
     tol = cfg.kernel.tolerance
     cases = range(len(cfg.kernel.cases))
     names = [name for name, _, _ in accounting_cases(cfg)]
     sta_mixed = sum(v[f"sparsity/{n}/sta_partial_blocks"] for n in names)
     swa_mixed_min = min(v[f"sparsity/{n}/swa_partial_blocks"] for n in names)
-    gap = v["method/loss_gap"]
-    n_test = sum(1 for key in v if key.startswith("method/video") and key.endswith("/denoise_loss"))
-    per_video = {
-        variant: np.array([v[f"{variant}/video{j}/denoise_loss"] for j in range(n_test)])
-        for variant in ("method", "baseline")
-    }
+    n_seeds = sum(1 for key in v if key.startswith("baseline/seed") and key.endswith("/denoise_loss"))
+    loss = {arm: np.array([v[f"{arm}/seed{i}/denoise_loss"] for i in range(n_seeds)]) for arm in ARMS}
+    units = "paired fine-tune seeds (shared pre-training, batch order, noise; test loss over fixed t and noise)"
+    gap = cfg.eval.claim_loss_gap
+    density = v["density/sta"]
     criteria = [
         V.exact_criterion(
             "sta_mixed_blocks",
@@ -709,15 +557,32 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             ">",
             units="block counts (deterministic)",
         ),
-        V.bootstrap_criterion(
+        V.mean_criterion(
             "finetuned_sta_loss_gap",
-            f"test denoising loss of the STA-fine-tuned DiT / the dense DiT "
-            f"given the same {cfg.train.finetune_steps} extra steps, minus 1",
-            lambda sta, dense: float(np.mean(sta) / np.mean(dense) - 1),
-            [per_video["method"], per_video["baseline"]],
-            cfg.eval.claim_loss_gap,
+            f"test denoising loss of the STA-fine-tuned DiT ({100 * density:.1f} % density) / the dense DiT "
+            f"fine-tuned under the same protocol, minus 1",
+            loss["method"] / loss["baseline"] - 1,
+            gap,
             "<=",
-            units="paired test videos (shared noise and flow times; one fine-tune per arm)",
+            units=units,
+            paper=PAPER_QUALITY,
+        ),
+        V.mean_criterion(
+            "tile_only_loss_gap",
+            f"test loss of the tile-only window ({100 * v['density/tile']:.1f} % density) / dense, minus 1: "
+            f"above the {100 * gap:g} % tolerance, so the task punishes a too-local window",
+            loss["ablation_tile"] / loss["baseline"] - 1,
+            gap,
+            ">",
+            units=units,
+        ),
+        V.mean_criterion(
+            "tile_only_vs_sta",
+            "test loss of the tile-only window / STA, minus 1: STA uses context a tile-only window lacks",
+            loss["ablation_tile"] / loss["method"] - 1,
+            0.0,
+            ">",
+            units=units,
         ),
     ]
     figures = {
@@ -726,11 +591,13 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "kernel_full_window_err": v["kernel/full_window_err"],
         "hunyuan_sta_density": v.get("sparsity/hunyuan_30x48x80/sta_density", float("nan")),
         "hunyuan_ideal_speedup": v.get("sparsity/hunyuan_30x48x80/sta_ideal_speedup", float("nan")),
-        "dit_sta_density": v["method/density"],
+        "dit_sta_density": density,
+        "dit_tile_only_density": v["density/tile"],
         "zero_shot_sta_loss_gap": v["sta_zero_shot/loss_gap"],
+        "zero_shot_tile_loss_gap": v["tile_zero_shot/denoise_loss"] / v["dense_pretrained/denoise_loss"] - 1,
         "zero_shot_swa_loss_gap": v["swa_zero_shot/denoise_loss"] / v["dense_pretrained/denoise_loss"] - 1,
         "finetuned_sta_psnr_vs_dense": v["method/psnr_vs_dense"],
-        "zero_shot_sta_psnr_vs_dense": v["sta_zero_shot/psnr_vs_dense"],
+        "finetuned_tile_psnr_vs_dense": v["ablation_tile/psnr_vs_dense"],
     }
     sanity = {
         "kernel_err_lt_1e-4_every_window": all(v[f"kernel/case{i}/max_abs_err"] < tol for i in cases),
@@ -746,20 +613,23 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "dit_flex_equals_sdpa": v["method/flex_vs_sdpa_max_abs"] < tol,
     }
     if cfg.scale == Scale.default:
-        sanity["dense_dit_beats_mean_predictor"] = v["dense_pretrained/denoise_loss"] < v["data/mean_predictor_loss"]
+        # The dense baseline learns the task in distribution: it beats always answering the mean training video.
+        sanity["dense_dit_beats_mean_predictor"] = v["baseline/denoise_loss"] < v["data/mean_predictor_loss"]
     statement = (
         "Sliding tile attention: every (query tile, key tile) block is fully attended or skipped (0 mixed blocks on "
         "every canvas, against > 0 for token-level sliding windows of the same reach), so the ideal speed-up "
         "1/density is reachable (Hunyuan 30x48x80, window 3x3x3 tiles: density 9 %); and a dense-pre-trained video "
-        f"DiT switched to STA and briefly fine-tuned reaches a test denoising loss within {100 * cfg.eval.claim_loss_gap:g} % "
-        "of the dense model trained for the same steps. Speed itself needs a GPU (benchmarks/sta_attention.py)."
+        f"DiT switched to STA at {100 * density:.0f} % density and fine-tuned reaches a test denoising loss within "
+        f"{100 * gap:g} % of the dense model fine-tuned alike, on a task where a tile-only window misses that "
+        "tolerance. Speed itself needs a GPU (benchmarks/sta_attention.py)."
     )
     notes = (
-        f"denoising loss: dense pre-trained {v['dense_pretrained/denoise_loss']:.4f}, dense + {cfg.train.finetune_steps} steps "
-        f"{v['baseline/denoise_loss']:.4f}, STA training-free {v['sta_zero_shot/denoise_loss']:.4f}, STA fine-tuned "
-        f"{v['method/denoise_loss']:.4f}, token SWA training-free {v['swa_zero_shot/denoise_loss']:.4f}; DiT STA density "
-        f"{v['method/density']:.3f}; kernel max error {v['kernel/max_abs_err']:.2e} "
-        f"({'interpreter' if v['kernel/interpreted'] else 'GPU'}, {v['kernel/seconds']:.1f} s); fine-tuned STA loss gap "
-        f"{gap:+.4f}, its interval over the {n_test} test videos of one fine-tune per arm."
+        f"test denoising loss over {n_seeds} fine-tune seeds: dense {loss['baseline'].mean():.4f}, STA "
+        f"{loss['method'].mean():.4f}, tile-only {loss['ablation_tile'].mean():.4f} (pre-trained dense "
+        f"{v['dense_pretrained/denoise_loss']:.4f}; training-free STA {v['sta_zero_shot/denoise_loss']:.4f}, "
+        f"tile-only {v['tile_zero_shot/denoise_loss']:.4f}, token SWA {v['swa_zero_shot/denoise_loss']:.4f}; "
+        f"mean-video predictor {v['data/mean_predictor_loss']:.4f}); densities STA {density:.3f}, tile-only "
+        f"{v['density/tile']:.3f}; kernel max error {v['kernel/max_abs_err']:.2e} "
+        f"({'interpreter' if v['kernel/interpreted'] else 'GPU'}, {v['kernel/seconds']:.1f} s)."
     )
     return ClaimResult(statement, criteria, sanity, figures, notes)
