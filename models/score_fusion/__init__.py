@@ -11,8 +11,9 @@ SPEC = MethodSpec(
     claim=(
         "A zero-initialised 3-D net that fuses the epsilon fields of three frozen perpendicular 2-D diffusion "
         "models per voxel (starting exactly at their average, the TOSM/MADM 'merge' baseline) and is fine-tuned "
-        "lowers the held-out epsilon-MSE to <= 0.95x merge's and does not lower the PSNR of DDIM samples, on "
-        "2x super-resolution of 16^3 phantom volumes"
+        "lowers the held-out epsilon-MSE to <= 0.95x merge's and below a residual-only fusion ablation's, and "
+        "does not lower the PSNR of DDIM samples (and beats the ablation's), over paired seeds, on 2x "
+        "super-resolution of 16^3 crops of the real MNI152 brain template"
     ),
     config=Config,
     impl="models.score_fusion.pipeline",

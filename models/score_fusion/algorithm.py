@@ -1,9 +1,5 @@
-"""Training (Lightning), sampling and metrics of Score-Fusion and its baselines.
+"""Sampling and metrics of Score-Fusion and its baselines (training: ``training``).
 
-* Stage 1 (``SliceDiffusion``): one 2.5-D epsilon model per slice direction, the DDPM loss
-  MSE(eps, eps_hat) on random slices of the residual volumes.
-* Stage 2 (``FusionTraining``): the 2-D models frozen; the 3-D fusion net learns per-voxel weights
-  (``networks.fuse``) with the official hybrid loss 5 L1 + 150 L2 on epsilon.
 * Samplers: DDIM from the shared toolkit with every model's epsilon; "self-consistency" projects
   x0_hat onto {r : avg_pool(r) = 0} so the super-resolved volume reproduces its LR input.
 * Metrics: held-out epsilon-MSE on a stratified t grid (paired noise across models), PSNR, 3-D SSIM
@@ -12,173 +8,14 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 
-import lightning as L
 import torch
 from torch.nn import functional as F
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler
 
 from models.common.diffusion import DDPMSchedule, ddim_sample
-from models.common.ema import EMA
 
-from .config import FusionTrainConfig, TrainConfig
-from .networks import ScoreFusion, SliceModel, coordinates, fuse
-
-# ----------------------------------------------------------------------------- data
-
-
-class SliceSet(Dataset):
-    """Every slice along ``axis`` of a set of volumes, built on demand a whole batch at a time.
-
-    An item is (clean residual slice (1, P, Q), the rest of the 2.5-D input (2k+1+3, P, Q)): the same
-    channels ``networks.slice_inputs`` builds from whole volumes (the test checks they agree).
-    """
-
-    def __init__(self, residual: torch.Tensor, lr: torch.Tensor, axis: int, k: int) -> None:
-        self.axis, self.k = axis, k
-        self.n_slices = residual.shape[1 + axis]
-        self.r = residual.movedim(1 + axis, 1)  # (N, S, P, Q) views
-        self.lr = lr.movedim(1 + axis, 1)
-        self.coords = coordinates(tuple(residual.shape[1:])).movedim(1 + axis, 1)  # (3, S, P, Q)
-
-    def __len__(self) -> int:
-        return len(self.r) * self.n_slices
-
-    def __getitem__(self, index):
-        index = torch.as_tensor(index)
-        v, s = index // self.n_slices, index % self.n_slices
-        lr = [self.lr[v, (s + o).clamp(0, self.n_slices - 1)] for o in range(-self.k, self.k + 1)]
-        cond = torch.stack(lr + list(self.coords[:, s].unbind(0)), 1)
-        return self.r[v, s][:, None], cond
-
-
-class VolumeSet(Dataset):
-    """(residual (1, D, H, W), cond (4, D, H, W)) per volume, a whole batch at a time."""
-
-    def __init__(self, residual: torch.Tensor, lr: torch.Tensor) -> None:
-        self.r, self.lr = residual, lr
-        self.coords = coordinates(tuple(residual.shape[1:]))
-
-    def __len__(self) -> int:
-        return len(self.r)
-
-    def __getitem__(self, index):
-        index = torch.as_tensor(index)
-        coords = self.coords.expand(len(index), -1, -1, -1, -1)
-        return self.r[index][:, None], torch.cat([self.lr[index][:, None], coords], 1)
-
-
-def random_batches(dataset: Dataset, batch_size: int, n_batches: int, seed: int) -> DataLoader:
-    """``n_batches`` batches drawn with replacement, one index fetch per batch."""
-    sampler = RandomSampler(
-        dataset, replacement=True, num_samples=batch_size * n_batches, generator=torch.Generator().manual_seed(seed)
-    )
-    return DataLoader(dataset, sampler=BatchSampler(sampler, batch_size, drop_last=True), batch_size=None)
-
-
-def whole_batches(dataset: Dataset, batch_size: int) -> DataLoader:
-    return DataLoader(dataset, sampler=BatchSampler(range(len(dataset)), batch_size, False), batch_size=None)
-
-
-# ----------------------------------------------------------------------------- Lightning
-
-
-def noisy(schedule: DDPMSchedule, x0: torch.Tensor, stage: str, batch_idx: int):
-    """(t, noise, x_t): random in training, a fixed draw per validation batch (comparable across epochs)."""
-    g = torch.Generator(device=x0.device).manual_seed(10_000 + batch_idx) if stage != "train" else None
-    t = torch.randint(0, schedule.n_steps, (len(x0),), generator=g, device=x0.device)
-    noise = torch.randn(x0.shape, generator=g, device=x0.device, dtype=x0.dtype)
-    return t, noise, schedule.q_sample(x0, t, noise)
-
-
-class SliceDiffusion(L.LightningModule):
-    """Stage 1: a 2-D epsilon model on slices along one axis; EMA weights are the ones kept."""
-
-    def __init__(self, model: SliceModel, schedule: DDPMSchedule, cfg: TrainConfig) -> None:
-        super().__init__()
-        self.model, self.schedule, self.cfg = model, schedule, cfg
-        self.ema = copy.deepcopy(model).requires_grad_(False)
-
-    def shared_step(self, batch, stage: str, batch_idx: int) -> torch.Tensor:
-        r, cond = batch
-        t, noise, x_t = noisy(self.schedule, r, stage, batch_idx)
-        model = self.model if stage == "train" else self.ema
-        loss = F.mse_loss(model.forward_slices(torch.cat([x_t, cond], 1), t), noise)
-        self.log(f"{stage}/loss", loss, on_step=False, on_epoch=True, batch_size=len(r))
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train", batch_idx)
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val", batch_idx)
-
-    def configure_callbacks(self) -> list:
-        # ``ema`` holds the average, updated after every step (its state travels with the checkpoint).
-        return [EMA("model", self.cfg.ema, into="ema")]
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr)
-
-
-def hybrid_loss(eps_hat: torch.Tensor, eps: torch.Tensor, cfg: FusionTrainConfig) -> torch.Tensor:
-    """med-ddpm's ``hybrid``: l1_weight * L1 + l2_weight * L2 (plain MSE with ``loss='mse'``)."""
-    if cfg.loss == "mse":
-        return F.mse_loss(eps_hat, eps)
-    return cfg.l1_weight * F.l1_loss(eps_hat, eps) + cfg.l2_weight * F.mse_loss(eps_hat, eps)
-
-
-def random_crop(r: torch.Tensor, cond: torch.Tensor, size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same random size^3 crop of both (coordinates stay global: they were built before cropping)."""
-    starts = [int(torch.randint(0, n - size + 1, ())) for n in r.shape[2:]]
-    window = (slice(None), slice(None), *(slice(s, s + size) for s in starts))
-    return r[window], cond[window]
-
-
-class FusionTraining(L.LightningModule):
-    """Stage 2: only the fusion net trains; the three slice models are frozen (``requires_grad=False``,
-    eval mode). Logs the fused loss and, on validation, the fused and merged epsilon-MSE."""
-
-    def __init__(self, model: ScoreFusion, schedule: DDPMSchedule, cfg: FusionTrainConfig) -> None:
-        super().__init__()
-        self.model, self.schedule, self.cfg = model, schedule, cfg
-        self.model.slices.requires_grad_(False).eval()
-        self.ema = copy.deepcopy(model.fusion).requires_grad_(False)
-
-    def shared_step(self, batch, stage: str, batch_idx: int) -> torch.Tensor:
-        r, cond = batch
-        if stage == "train" and self.cfg.crop and self.cfg.crop < min(r.shape[2:]):
-            r, cond = random_crop(r, cond, self.cfg.crop)
-        self.model.slices.eval()  # Lightning switches every sub-module to train mode; the 2-D nets stay frozen
-        t, noise, x_t = noisy(self.schedule, r, stage, batch_idx)
-        with torch.no_grad():
-            eps3 = self.model.eps_2d(x_t, cond, t)
-        fusion = self.model.fusion if stage == "train" else self.ema
-        eps_hat = fuse(eps3, fusion(torch.cat([x_t, cond[:, :1], eps3], 1), t))
-        loss = hybrid_loss(eps_hat, noise, self.cfg)
-        logs = {"loss": loss, "eps_mse": F.mse_loss(eps_hat.detach(), noise)}
-        if stage != "train":
-            logs["merge_eps_mse"] = F.mse_loss(eps3.mean(1, keepdim=True), noise)
-        self.log_dict({f"{stage}/{k}": v for k, v in logs.items()}, on_step=False, on_epoch=True, batch_size=len(r))
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train", batch_idx)
-
-    def validation_step(self, batch, batch_idx):
-        self.shared_step(batch, "val", batch_idx)
-
-    def configure_callbacks(self) -> list:
-        # The official 3-D Trainer.step_ema: every ema_every optimiser steps, a copy of the fusion net until
-        # step ema_start, then an exponential moving average (into ``ema``).
-        c = self.cfg
-        return [EMA("model.fusion", c.ema, start=c.ema_start, every=c.ema_every, into="ema")]
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.model.fusion.parameters(), lr=self.cfg.lr)
-
+from .networks import ScoreFusion
 
 # ----------------------------------------------------------------------------- sampling
 

@@ -9,6 +9,7 @@ coordinates are the official global position embedding i / D * 2 - 1 (computed b
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -215,33 +216,51 @@ class SliceModel(nn.Module):
 # ----------------------------------------------------------------------------- score fusion
 
 
-def fuse(eps: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+FusionMode = Literal["full", "residual_only"]
+FUSION_MODES: tuple[FusionMode, ...] = ("full", "residual_only")
+
+
+def fuse(eps: torch.Tensor, w: torch.Tensor, mode: FusionMode = "full") -> torch.Tensor:
     """eps: (B, 3, ...) the three 2-D epsilon fields; w: (B, 3, ...) the fusion net's output.
 
-    eps_fused = (w0 + 1/3) eps1 + (w1 + 1/3) eps2 + (1/3 - w0 - w1) eps3 + w2 (per voxel; the three
-    weights sum to 1, w2 is a free residual). At w = 0 this is exactly the mean (the ``merge`` baseline).
+    ``full`` (Score-Fusion): eps_fused = (w0 + 1/3) eps1 + (w1 + 1/3) eps2 + (1/3 - w0 - w1) eps3 + w2 (per
+    voxel; the three weights sum to 1, w2 is a free residual). ``residual_only`` (the review's ablation):
+    the weights stay 1/3, eps_fused = mean(eps) + w2, so only a residual correction is learned. At w = 0
+    both are exactly the mean (the ``merge`` baseline).
     """
+    mean = eps.mean(1, keepdim=True)
+    if mode == "residual_only":
+        return mean + w[:, 2:3]
+    if mode != "full":
+        raise ValueError(f"fusion mode {mode!r}: expected one of {FUSION_MODES}")
     # The same sum written as mean + corrections, so that w = 0 reproduces the mean bit for bit:
     # (w0 + 1/3) e1 + (w1 + 1/3) e2 + (1/3 - w0 - w1) e3 = mean(e) + w0 (e1 - e3) + w1 (e2 - e3).
     e1, e2, e3 = eps[:, 0:1], eps[:, 1:2], eps[:, 2:3]
-    return eps.mean(1, keepdim=True) + w[:, 0:1] * (e1 - e3) + w[:, 1:2] * (e2 - e3) + w[:, 2:3]
+    return mean + w[:, 0:1] * (e1 - e3) + w[:, 1:2] * (e2 - e3) + w[:, 2:3]
 
 
-def fusion_coefficients(w: torch.Tensor) -> torch.Tensor:
-    """(B, 3, ...) per-voxel weights of the three 2-D fields: (w0 + 1/3, w1 + 1/3, 1/3 - w0 - w1)."""
+def fusion_coefficients(w: torch.Tensor, mode: FusionMode = "full") -> torch.Tensor:
+    """(B, 3, ...) per-voxel weights of the three 2-D fields: (w0 + 1/3, w1 + 1/3, 1/3 - w0 - w1), or 1/3
+    each for ``residual_only``."""
     third = 1.0 / 3.0
+    if mode == "residual_only":
+        return torch.full_like(w, third)
     w0, w1 = w[:, 0:1], w[:, 1:2]
     return torch.cat([w0 + third, w1 + third, third - w0 - w1], 1)
 
 
 class ScoreFusion(nn.Module):
     """Three frozen slice models (axial, coronal, sagittal) and a 3-D fusion net whose last conv is zero:
-    at initialisation the fused epsilon is the average of the three 2-D epsilons."""
+    at initialisation the fused epsilon is the average of the three 2-D epsilons. ``mode`` picks the
+    fusion rule (``fuse``): the method's per-voxel weights plus residual, or the residual-only ablation."""
 
     FUSION_IN = 5  # [x_t, LR, eps1, eps2, eps3]
 
-    def __init__(self, slice_cfg: SliceNetConfig, fusion_cfg: NetConfig) -> None:
+    def __init__(self, slice_cfg: SliceNetConfig, fusion_cfg: NetConfig, mode: FusionMode = "full") -> None:
         super().__init__()
+        if mode not in FUSION_MODES:
+            raise ValueError(f"fusion mode {mode!r}: expected one of {FUSION_MODES}")
+        self.mode = mode
         self.slices = nn.ModuleList([SliceModel(axis, slice_cfg) for axis in range(3)])
         self.fusion = eps_net(3, self.FUSION_IN, 3, fusion_cfg, zero_last=True)
 
@@ -253,12 +272,20 @@ class ScoreFusion(nn.Module):
         """The TOSM/MADM baseline: the mean of the three 2-D epsilons."""
         return self.eps_2d(x_t, cond, t).mean(1, keepdim=True)
 
-    def weights(self, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor, eps: torch.Tensor) -> torch.Tensor:
-        return self.fusion(torch.cat([x_t, cond[:, :1], eps], 1), t)
+    def weights(
+        self,
+        x_t: torch.Tensor,
+        cond: torch.Tensor,
+        t: torch.Tensor,
+        eps: torch.Tensor,
+        fusion: nn.Module | None = None,
+    ) -> torch.Tensor:
+        """The fusion net's raw output w (B, 3, ...); ``fusion`` replaces the net (an EMA copy, say)."""
+        return (self.fusion if fusion is None else fusion)(torch.cat([x_t, cond[:, :1], eps], 1), t)
 
     def forward(
         self, x_t: torch.Tensor, cond: torch.Tensor, t: torch.Tensor, eps: torch.Tensor | None = None
     ) -> torch.Tensor:
         """The fused epsilon (B, 1, D, H, W); pass ``eps`` (from ``eps_2d``) to reuse the 2-D passes."""
         eps = self.eps_2d(x_t, cond, t) if eps is None else eps
-        return fuse(eps, self.weights(x_t, cond, t, eps))
+        return fuse(eps, self.weights(x_t, cond, t, eps), self.mode)
