@@ -5,11 +5,13 @@ No torch here: the registry imports this module to list methods and validate ove
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from models.base import MethodConfig, RelPath, StrictModel
+
+LearningRate = Annotated[float, Field(gt=0, le=1)]
 
 
 class LMSize(StrictModel):
@@ -44,8 +46,8 @@ class DataConfig(StrictModel):
     n_v: int = Field(1000, ge=10, le=20_000)
     n_c: int = Field(2000, ge=10, le=50_000)
     n_u: int = Field(500, ge=10, le=20_000)
-    # B, V, C and U hold only questions that no earlier split (in particular A, the small LM's training
-    # data) holds: the brief's "held out from its training".
+    # B, V, C and U hold only questions that A (the small LM's training data: the brief's "held out from its
+    # training") and the other splits do not hold; B, V and C are cut from one shuffled pool (exchangeable).
     held_out_distinct: bool = True
     # The "large LLM" (the paper's Llama3-70B): a calculator that answers correctly with this probability.
     large_accuracy: float = Field(0.95, ge=0, le=1)
@@ -79,6 +81,7 @@ class Config(MethodConfig):
             "data.lm.n_head": 2,
             "data.pretrain_epochs": 1,
             "epochs": 1,
+            "lr_grid": (1e-2,),
             "n_seeds": 1,
             "verbalized": False,
         },
@@ -94,22 +97,34 @@ class Config(MethodConfig):
             "data.lm.n_embd": 128,
             "data.lm.n_layer": 4,
             "data.pretrain_epochs": 100,
-            "epochs": 6,
+            "epochs": 20,
             "n_seeds": 3,
         },
     }
 
     data: DataConfig = DataConfig()
 
-    # Self-REF fine-tuning (and the fine-tuned-logits / verbalised baselines: same data, budget, seeds).
+    # Self-REF fine-tuning (and the fine-tuned-logits / verbalised baselines: same adapter, data, budget, seeds,
+    # and the same selection: each arm's learning rate is chosen on split V from lr_grid, every fit early-stopped
+    # on its split-V loss with a patience and ended on its best epoch's weights).
     n_seeds: int = Field(3, ge=1, le=16)  # the brief: 3 seeds
-    epochs: int = Field(4, ge=1, le=100)
+    epochs: int = Field(10, ge=1, le=100)  # the epoch cap; early stopping usually ends a fit sooner
+    patience: int = Field(2, ge=1, le=100)
     batch_size: int = Field(64, ge=1, le=10_000)
-    lr: float = Field(1e-2, gt=0, le=1)  # chosen on split V's confidence-token loss among {3e-3, 1e-2}
+    lr_grid: tuple[LearningRate, ...] = Field((3e-3, 1e-2, 3e-2), min_length=1, max_length=8)
     lora_rank: int = Field(8, ge=1, le=256)
     lora_alpha: float = Field(16.0, gt=0, le=1e4)
-    # The paper adapts Q, K, V (plus the embedding and head rows of the new tokens, always trained here).
-    lora_targets: tuple[Literal["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"], ...] = ("attn.c_attn",)
+    # The paper adapts Q, K, V, the token embedding and the LM head. Translated to this GPT-2: LoRA on every
+    # projection of every block (its Q, K, V are one fused c_attn, so the whole block is adapted) and a LoRA
+    # update of the tied embedding / output matrix (embedding_lora), plus full rows for the tokens an arm
+    # introduces (<CN>, <UN>; ';' for the verbalised digit).
+    lora_targets: tuple[Literal["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"], ...] = (
+        "attn.c_attn",
+        "attn.c_proj",
+        "mlp.c_fc",
+        "mlp.c_proj",
+    )
+    embedding_lora: bool = True
     # Algorithm 1 subsamples the unconfident set: keep at most un_ratio <UN> samples per <CN> sample.
     un_ratio: float = Field(1.0, gt=0, le=100)
     mask_un_answers: bool = True  # the paper's gradient masking of the wrong answers on <UN> samples

@@ -14,6 +14,7 @@ os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 from models.base import ValidationError  # noqa: E402
 from models.common.tiny_lm import EOS, LanguageModelling, LMConfig, TinyLM  # noqa: E402
 from models.self_ref import SPEC  # noqa: E402
+from models.self_ref import algorithm as A  # noqa: E402
 from models.self_ref import pipeline as P  # noqa: E402
 from models.self_ref.config import Config, DataConfig  # noqa: E402
 from models.self_ref.data import (  # noqa: E402
@@ -24,6 +25,8 @@ from models.self_ref.data import (  # noqa: E402
     make_questions,
     make_tokenizer,
 )
+from models.self_ref.networks import EMBEDDING, merge_adapters, with_adapters  # noqa: E402
+from models.self_ref.training import base_soft_targets  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -41,7 +44,7 @@ def _answers(correct, text=None):
     correct = np.asarray(correct, bool)
     text = text or [str(i) for i in range(len(correct))]
     nan = np.full(len(correct), np.nan)
-    return P.Answers(text, correct, nan, nan, nan, nan)
+    return A.Answers(text, correct, nan, nan, nan, nan)
 
 
 # ----------------------------------------------------------------------------- confidence tokens and masking
@@ -50,7 +53,7 @@ def _answers(correct, text=None):
 def test_confidence_tokens_are_single_new_tokens_at_the_mean_embedding():
     base, tok = _base()
     cfg = Config()
-    model, tok2, params, masks = P.with_adapters(
+    model, tok2, params, masks = with_adapters(
         base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), cfg, seed=0
     )
     cn, un = tok2.id(CONFIDENT), tok2.id(UNCONFIDENT)
@@ -58,8 +61,8 @@ def test_confidence_tokens_are_single_new_tokens_at_the_mean_embedding():
     assert tok2.encode("12+3=51" + CONFIDENT)[-1] == cn  # one token, not "<", "C", "N", ">"
     mean = base.wte.weight.mean(0)
     assert torch.allclose(model.wte.weight[cn], mean) and torch.allclose(model.wte.weight[un], mean)
-    # Only the new rows may move, and the fresh LoRA leaves the old tokens' logits unchanged.
-    assert masks["wte.weight"].sum(1).nonzero().flatten().tolist() == [cn, un]
+    # Only the new rows move freely, and the fresh adapters leave the old tokens' logits unchanged.
+    assert masks[EMBEDDING].sum(1).nonzero().flatten().tolist() == [cn, un]
     ids = torch.as_tensor([tok.encode("12+34=", bos=True)])
     assert torch.allclose(model(ids)[..., : len(tok)], base(ids), atol=1e-5)
     assert sum(p.numel() for p in params) < sum(p.numel() for p in model.parameters())
@@ -70,12 +73,12 @@ def test_un_answers_get_zero_loss_weight_and_un_is_subsampled():
     records = [{"prompt": f"{i}+1=", "answer": str(i + 1), "group": "+1x1"} for i in range(9)]
     base = _answers([1, 1, 1, 1, 0, 0, 0, 0, 0], [str(i + 1)[::-1] if i < 4 else "7" for i in range(9)])
     cfg = Config(un_ratio=0.5, cn_answer_loss=True)  # the paper's recipe: <CN> answers are learned too
-    recs, answers, suffixes, weights = P.selfref_data(tok, records, base, cfg, np.random.default_rng(0))
-    default = P.selfref_data(tok, records, base, Config(un_ratio=0.5), np.random.default_rng(0))
+    recs, answers, suffixes, weights = A.selfref_data(tok, records, base, cfg, np.random.default_rng(0))
+    default = A.selfref_data(tok, records, base, Config(un_ratio=0.5), np.random.default_rng(0))
     assert default[2] == suffixes and all(w == 0.0 for w in default[3])  # the default teaches the tokens only
     assert sum(s == [CONFIDENT] for s in suffixes) == 4 and sum(s == [UNCONFIDENT] for s in suffixes) == 2  # 0.5 x 4
     tok2 = tok.with_tokens((CONFIDENT, UNCONFIDENT))
-    ids, w, answer_mask = P.lm_examples(tok2, recs, answers, suffixes, weights)
+    ids, w, answer_mask = A.lm_examples(tok2, recs, answers, suffixes, weights)
     for row, wrow, suffix in zip(ids, w, suffixes):
         n_prompt = len(tok2.encode(recs[0]["prompt"], bos=True))
         assert torch.all(wrow[:n_prompt] == 0)  # prompts are never targets
@@ -99,7 +102,7 @@ def test_base_soft_targets_are_the_base_next_token_distributions():
     base, tok = _base(2)
     tok2 = tok.with_tokens((CONFIDENT, UNCONFIDENT))
     ids = torch.as_tensor([tok2.encode("12+3=51" + CONFIDENT, bos=True)])
-    soft = P.base_soft_targets(base, ids)
+    soft = base_soft_targets(base, ids)
     assert soft.shape == (1, ids.shape[1], len(tok)) and torch.all(soft[:, 0] == 0)
     for t in range(1, ids.shape[1]):
         expected = torch.softmax(base(ids[:, :t].clamp(max=len(tok) - 1))[0, -1], -1).detach()
@@ -114,23 +117,24 @@ def test_baseline_data_builders():
         {"prompt": "8*9=", "answer": "72", "group": "b"},
     ]
     base = _answers([1, 0, 1, 1], ["2", "11", "4", "27"])
-    mix = P.selfref_data(make_tokenizer(), records, base, Config(), np.random.default_rng(0))
-    recs, answers, suffixes, weights = P.finetuned_logits_data(records, base, mix)
+    mix = A.selfref_data(make_tokenizer(), records, base, Config(), np.random.default_rng(0))
+    recs, answers, suffixes, weights = A.finetuned_logits_data(records, base, mix)
     assert answers == ["2", "4", "27"] and all(s == [EOS] for s in suffixes)  # <UN> answers had no signal left
-    recs, answers, suffixes, weights = P.verbalized_data(records, base, mix)
+    recs, answers, suffixes, weights = A.verbalized_data(records, base, mix)
     digits = {r["prompt"]: s[1] for r, s in zip(recs, suffixes)}
     assert digits == {"1+1=": "9", "2+2=": "9", "9*9=": "4", "8*9=": "4"}  # round(9 x group accuracy)
 
 
 def test_confidence_is_read_right_after_the_answer():
     base, tok = _base(1)
-    model, tok2, _, _ = P.with_adapters(base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), Config(), seed=0)
+    model, tok2, _, _ = with_adapters(base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), Config(), seed=0)
     model.eval()
+    table = model.get_parameter(EMBEDDING)  # the embedding under its LoRA parametrisation
     with torch.no_grad():  # make the confidence tokens likely somewhere
-        model.wte.weight[tok2.id(CONFIDENT)] += torch.randn(16) * 5
-        model.wte.weight[tok2.id(UNCONFIDENT)] += torch.randn(16) * 5
+        table[tok2.id(CONFIDENT)] += torch.randn(16) * 5
+        table[tok2.id(UNCONFIDENT)] += torch.randn(16) * 5
     records = [{"prompt": p, "answer": "0"} for p in ("1+2=", "34+5=", "7*8=")]
-    out = P.answer_questions(model, tok2, records, reverse=False)
+    out = A.answer_questions(model, tok2, records, reverse=False)
     assert np.all((out.selfref >= 0) & (out.selfref <= 1))
     for i, rec in enumerate(records):
         ids = torch.as_tensor([tok2.encode(rec["prompt"], bos=True) + tok2.encode(out.text[i])])
@@ -139,17 +143,94 @@ def test_confidence_is_read_right_after_the_answer():
         assert out.selfref[i] == pytest.approx(float(cn / (cn + un)), abs=1e-5)
 
 
+def test_every_arm_gets_the_same_adapter_on_all_projections_and_the_embedding_head():
+    from models.common.tiny_lm import LoRALinear
+
+    base, tok = _base(3)
+    cfg = Config()
+    adapted = {
+        name: with_adapters(base, tok, new, rows, cfg, seed=0) for name, (new, rows, _, _) in P.FINETUNED.items()
+    }
+
+    def projection_adapters(model, params):  # shapes of every adapter factor but the vocabulary-sized ones
+        skip = {id(model.get_parameter(EMBEDDING)), id(model.wte.parametrizations.weight[0].lora_A)}
+        return sorted(tuple(p.shape) for p in params if id(p) not in skip)
+
+    reference = projection_adapters(adapted["finetuned_logits"][0], adapted["finetuned_logits"][2])
+    for name, (model, tok2, params, _) in adapted.items():
+        wrapped = {n for n, m in model.named_modules() if isinstance(m, LoRALinear)}
+        assert wrapped == {f"h.0.{t}" for t in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}, name
+        assert projection_adapters(model, params) == reference, name  # the same adapter for every arm
+        assert any(p is model.wte.parametrizations.weight[0].lora_A for p in params)  # the embedding/head LoRA
+        assert model.wte.parametrizations.weight[0].lora_A.shape == (len(tok2), cfg.lora_rank)
+    # The embedding LoRA reaches the tied head: moving it changes the old tokens' logits, and merging keeps them.
+    model, tok2, params, _ = adapted["selfref"]
+    with torch.no_grad():
+        model.wte.parametrizations.weight[0].lora_A.normal_()
+        params[0].normal_()  # and a projection adapter
+    ids = torch.as_tensor([tok.encode("12+34=", bos=True)])
+    adapted_logits = model(ids).detach()
+    assert not torch.allclose(adapted_logits[..., : len(tok)], base(ids), atol=1e-3)
+    merged = merge_adapters(model)
+    assert not any(isinstance(m, LoRALinear) for m in merged.modules())
+    assert torch.allclose(merged(ids), adapted_logits, atol=1e-5)
+    assert "wte.weight" in dict(merged.named_parameters())  # a plain TinyLM again: it saves as a GPT-2 folder
+
+
+def test_selection_score_is_the_validation_auroc_and_guards_the_answers():
+    base_v = _answers([1, 1, 0, 0] * 25)
+    same = _answers([1, 1, 0, 0] * 25)
+    same.selfref = np.tile([0.9, 0.8, 0.2, 0.1], 25)
+    assert P.validation_score("selfref", same, base_v) == pytest.approx(1.0)
+    moved = _answers([1, 1, 1, 0] * 25)  # 25 pts more accurate: a distilled arm's answers changed
+    moved.selfref = np.tile([0.9, 0.8, 0.7, 0.1], 25)
+    assert np.isnan(P.validation_score("selfref", moved, base_v))
+    moved.prob_product = moved.selfref
+    assert P.validation_score("finetuned_logits", moved, base_v) == pytest.approx(1.0)  # it may learn answers
+    with pytest.raises(ValidationError, match="lr_grid"):
+        Config.for_scale("default", {"lr_grid": [1e-2, 0.0]})
+
+
 # ----------------------------------------------------------------------------- metrics
+
+
+def _hand_ece(correct, score, bins):
+    """The previous hand-written ECE (equal-width bins, np.digitize, the last bin closed at 1)."""
+    edges = np.linspace(0, 1, bins + 1)
+    which = np.clip(np.digitize(score, edges[1:-1]), 0, bins - 1)
+    return sum(
+        (which == b).mean() * abs(correct[which == b].mean() - score[which == b].mean())
+        for b in range(bins)
+        if (which == b).any()
+    )
+
+
+def test_torchmetrics_auroc_and_ece_match_the_previous_values_on_a_hand_example():
+    from sklearn.metrics import roc_auc_score
+
+    correct = np.array([1, 0, 1, 1, 0, 1, 0, 0, 1, 1], bool)
+    score = np.array([0.95, 0.15, 0.55, 1.0, 0.62, 0.55, 0.05, 0.33, 0.88, 1.0])  # ties and exact ones
+    # AUROC by hand: 6 right x 4 wrong pairs; the right 0.55s lose to the wrong 0.62 only: (24 - 2) / 24
+    assert A.auroc(correct, score) == pytest.approx(22 / 24) == pytest.approx(roc_auc_score(correct, score))
+    # ECE by hand, 10 bins: [0,.1): {.05 wrong}; [.1,.2): {.15 wrong}; [.3,.4): {.33 wrong};
+    # [.5,.6): {.55, .55 right}; [.6,.7): {.62 wrong}; [.8,.9): {.88 right}; [.9,1]: {.95, 1, 1 right}
+    by_hand = (0.05 + 0.15 + 0.33 + 2 * 0.45 + 0.62 + 0.12 + (0.05 + 0 + 0)) / 10
+    assert A.ece(correct.astype(float), score, 10) == pytest.approx(by_hand, abs=1e-12)
+    assert A.ece(correct.astype(float), score, 10) == pytest.approx(_hand_ece(correct, score, 10), abs=1e-12)
+    rng = np.random.default_rng(3)
+    s, c = rng.random(500), rng.random(500) < 0.6
+    assert A.ece(c.astype(float), s, 10) == pytest.approx(_hand_ece(c, s, 10), abs=1e-9)
+    assert A.auroc(c, s) == pytest.approx(roc_auc_score(c, s), abs=1e-6)  # torchmetrics sums in float32
 
 
 def test_ece_of_calibrated_and_overconfident_scores():
     rng = np.random.default_rng(0)
     score = rng.random(200_000)
     correct = (rng.random(200_000) < score).astype(float)
-    assert P.ece(correct, score, 10) < 0.01
+    assert A.ece(correct, score, 10) < 0.01
     overconfident = np.ones(1000)
     labels = (np.arange(1000) < 600).astype(float)
-    assert P.ece(labels, overconfident, 10) == pytest.approx(0.4)
+    assert A.ece(labels, overconfident, 10) == pytest.approx(0.4)
 
 
 def test_routing_curve_endpoints_oracle_order_and_random_expectation():
@@ -159,22 +240,22 @@ def test_routing_curve_endpoints_oracle_order_and_random_expectation():
     large = (rng.random(n) < 0.95).astype(float)
     rates = np.linspace(0, 1, 21)
     tie = rng.random(n)
-    oracle = P.routing_curve(small, large, small, rates, tie)  # route the wrong answers first
+    oracle = A.routing_curve(small, large, small, rates, tie)  # route the wrong answers first
     assert oracle[0] == pytest.approx(small.mean()) and oracle[-1] == pytest.approx(large.mean())
     for _ in range(20):  # no score beats routing the small model's errors first
-        other = P.routing_curve(small, large, rng.random(n), rates, tie)
+        other = A.routing_curve(small, large, rng.random(n), rates, tie)
         assert np.all(other <= oracle + 1e-12)
-    draws = np.stack([P.routing_curve(small, large, rng.random(n), rates, tie) for _ in range(3000)])
+    draws = np.stack([A.routing_curve(small, large, rng.random(n), rates, tie) for _ in range(3000)])
     line = small.mean() + rates * (large.mean() - small.mean())
     assert np.max(np.abs(draws.mean(0) - line)) < 3e-3
-    sd = P.random_routing_sd(small, large, rates, draws=1)
+    sd = A.random_routing_sd(small, large, rates, draws=1)
     assert np.allclose(draws.std(0), sd, atol=3e-3)
-    assert P.trapezoid(np.ones(21), rates) == pytest.approx(1.0)
+    assert A.trapezoid(np.ones(21), rates) == pytest.approx(1.0)
 
 
 def test_auroc_degenerate_and_perfect():
-    assert P.auroc(np.array([True, True]), np.array([0.1, 0.9])) == 0.5
-    assert P.auroc(np.array([False, True, True]), np.array([0.1, 0.5, 0.9])) == 1.0
+    assert A.auroc(np.array([True, True]), np.array([0.1, 0.9])) == 0.5
+    assert A.auroc(np.array([False, True, True]), np.array([0.1, 0.5, 0.9])) == 1.0
 
 
 # ----------------------------------------------------------------------------- data
@@ -192,11 +273,14 @@ def test_questions_have_the_configured_widths_and_answers():
         width = cfg.max_mul_width if "*" in rec["prompt"] else cfg.max_add_width
         assert (len(a) == len(b) == width + 1) if rec["split"] == "U" else (len(a) <= width and len(b) <= width)
     assert records == make_questions(cfg, np.random.default_rng(0))  # deterministic from the seed
-    assert P.target_text({"answer": "120"}, reverse=True) == "021"
+    assert [r["split"] for r in records] == sorted((r["split"] for r in records), key="ABVCU".index)
+    assert A.target_text({"answer": "120"}, reverse=True) == "021"
     # held out: no B/V/C/U question was in the small LM's training split A, nor in another held-out split
     held_out = [r["prompt"] for r in records if r["split"] != "A"]
     assert len(set(held_out)) == len(held_out) and not set(held_out) & {r["prompt"] for r in splits["A"]}
-    with pytest.raises(ValueError, match="n_c=150"):  # 1-digit questions: 200 exist, A takes most of them
+    with pytest.raises(
+        ValueError, match="only .* of the 170 split-B"
+    ):  # 1-digit questions: 200 exist, A takes most of them
         make_questions(
             DataConfig(max_add_width=1, max_mul_width=1, n_a=300, n_b=10, n_v=10, n_c=150, n_u=10),
             np.random.default_rng(0),
@@ -207,6 +291,18 @@ def test_questions_have_the_configured_widths_and_answers():
     assert {r["prompt"] for r in overlapping if r["split"] == "C"} & {
         r["prompt"] for r in overlapping if r["split"] == "A"
     }
+
+
+def test_held_out_splits_are_exchangeable():
+    """B, V and C are cut from one shuffled pool: their operand-width mix is the same, whereas filling them in
+    order (the earlier sampler) gave B the easy groups A had not exhausted."""
+    cfg = DataConfig(n_a=1000, n_b=3000, n_v=1000, n_c=2000, n_u=10)
+    splits = by_split(make_questions(cfg, np.random.default_rng(0)))
+    easy = {s: np.mean([r["group"] in ("+1x1", "+1x2", "+2x1", "*1x1") for r in splits[s]]) for s in "BVC"}
+    for s in "VC":  # a common share p: two-proportion z test at |z| < 4
+        p = (easy["B"] * 3000 + easy[s] * len(splits[s])) / (3000 + len(splits[s]))
+        sd = np.sqrt(p * (1 - p) * (1 / 3000 + 1 / len(splits[s])))
+        assert abs(easy["B"] - easy[s]) < 4 * sd, easy
 
 
 def test_jsonl_loader_reads_gsm8k_style_answers(tmp_path):
@@ -256,18 +352,16 @@ def test_config_rejects_bad_values():
 # ----------------------------------------------------------------------------- the pipeline at smoke scale
 
 
-def test_smoke_pipeline(tmp_path):
-    from tasks import steps
-
-    cfg = SPEC.make_config("smoke")
-    ref = steps.prepare(SPEC, cfg, tmp_path)
+def test_smoke_pipeline(smoke_run):
+    run = smoke_run("self_ref")
+    cfg, ref, artifacts, v, claim = run.cfg, run.dataset, run.artifacts, run.metrics.values, run.claim
     assert {"small_lm/config.json", "small_lm/model.safetensors", "small_lm/vocab.json", "questions.jsonl"} <= set(
         ref.files
     )
-    artifacts = steps.train(SPEC, cfg, tmp_path)
     assert {"selfref", "finetuned_logits"} <= artifacts.history.keys()
-    metrics, claim = steps.evaluate(SPEC, cfg, tmp_path)
-    v = metrics.values
+    assert (
+        artifacts.summary["select/selfref/lr"] in cfg.lr_grid and "select/selfref/seed0/best_epoch" in artifacts.summary
+    )
     assert 0 <= v["method/confidence_min"] <= v["method/confidence_max"] <= 1
     assert v["method/routing_curve_start"] == pytest.approx(v["method/answer_acc"])
     assert v["method/routing_curve_end"] == pytest.approx(v["large/answer_acc"])
@@ -278,7 +372,8 @@ def test_smoke_pipeline(tmp_path):
     assert claim.criterion("auroc_gain").estimate == pytest.approx(v["method/auroc"] - v["baseline/auroc"])
     assert claim.criterion("auroc_gain").n_units == cfg.n_seeds == 1 and claim.verdict in ("inconclusive", "fails")
     assert ref.source == "synthetic" and "synthetic arithmetic" in ref.provenance
-    model = SPEC.module().load_model(cfg, steps.Layout(tmp_path, SPEC).model_dir)
+    assert any(f.name == "lr_selection.png" for f in run.metrics.figures)
+    model = SPEC.module().load_model(cfg, run.layout.model_dir)
     assert isinstance(model, TinyLM) and model.config.vocab_size == len(make_tokenizer()) + 2
 
 
