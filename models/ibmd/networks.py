@@ -29,6 +29,9 @@ class BridgeNet(nn.Module):
         super().__init__()
         self.dim, self.cond, self.noise_dim, self.time_dim = dim, cond, noise_dim, net.time_dim
         self.register_buffer("times", network_times(bridge))
+        # The time features of every step, computed once (row k = sinusoidal(times[k]), the same
+        # elementwise values a per-call embedding gives); not saved: it follows from ``times``.
+        self.register_buffer("time_features", sinusoidal_embedding(self.times, net.time_dim), persistent=False)
         self.register_buffer(
             "std_fwd", BridgeSchedule.i2sb(bridge.steps, bridge.beta_max, bridge.beta_min).std_fwd.float()
         )
@@ -51,7 +54,7 @@ class BridgeNet(nn.Module):
             if x1 is None:
                 raise ValueError("a conditional bridge network needs x1")
             parts.append(x1)
-        parts.append(sinusoidal_embedding(self.times[step], self.time_dim))
+        parts.append(self.time_features[step])
         if self.noise_dim:
             parts.append(torch.randn(len(x_t), self.noise_dim, device=x_t.device) if z is None else z)
         return self.mlp(torch.cat(parts, dim=-1))

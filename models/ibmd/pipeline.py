@@ -260,17 +260,34 @@ def fit_teacher(cfg: Config, setup: Setup, arrays: dict, lr: float, seed: int, t
     return float(best.best if best.best is not None else math.nan), Fitted(module, records, best)
 
 
+def student_validation(
+    cfg: Config, setup: Setup, teacher: BridgeNet, arrays: dict, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The student's validation targets: the teacher's own NFE-many samples on the validation x1 and
+    the fixed noise z of the student's samples (one draw per teacher and seed, shared by the lr grid)."""
+    x1_val = tensor(arrays["x1_val"])
+    g = torch.Generator().manual_seed(seed)
+    reference = teacher_sample(teacher, bridge_of(cfg), x1_val, cfg.many_nfe, g)
+    return reference, torch.randn(len(x1_val), setup.distill.noise_dim, generator=g)
+
+
 def fit_student(
-    cfg: Config, setup: Setup, teacher: BridgeNet, arrays: dict, lr: float, seed: int
+    cfg: Config,
+    setup: Setup,
+    teacher: BridgeNet,
+    arrays: dict,
+    lr: float,
+    seed: int,
+    validation: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[float, Fitted]:
-    """IBMD from corrupted inputs only: nothing but x1 (and the teacher) reaches the distillation."""
+    """IBMD from corrupted inputs only: nothing but x1 (and the teacher) reaches the distillation.
+
+    ``validation``: ``student_validation(cfg, setup, teacher, arrays, seed)``, computed here when None."""
     d = setup.distill
+    reference, val_z = validation or student_validation(cfg, setup, teacher, arrays, seed)
     torch.manual_seed(seed)
     x1_train, x1_val = tensor(arrays["x1_train"]), tensor(arrays["x1_val"])
     bridge = bridge_of(cfg)
-    g = torch.Generator().manual_seed(seed)
-    reference = teacher_sample(teacher, bridge, x1_val, cfg.many_nfe, g)  # the teacher's own NFE-many samples
-    val_z = torch.randn(len(x1_val), d.noise_dim, generator=g)
     generator = OneStepGenerator(with_noise_inputs(teacher, setup.teacher, cfg.bridge, d.noise_dim))
     fake = BridgeNet(teacher.dim, setup.teacher, cfg.bridge, teacher.cond)
     fake.load_state_dict(teacher.state_dict())
@@ -322,10 +339,11 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             for k in range(1, setup.n_seeds)
         ]
         # The method's lr on the first seed's validation ED to its own teacher's samples (x1 only).
+        validation = student_validation(cfg, setup, teachers[0].module.ema, arrays, first + 1)
         selection, student0 = select_on_validation(
             f"ibmd_{s}",
             grid(lr=setup.distill.lr_grid),
-            lambda point: fit_student(cfg, setup, teachers[0].module.ema, arrays, point["lr"], first + 1),
+            lambda point: fit_student(cfg, setup, teachers[0].module.ema, arrays, point["lr"], first + 1, validation),
             metric="ed_to_teacher",
             higher_is_better=False,
         )

@@ -36,8 +36,35 @@ STUDENT_MONITOR = "val/ed_to_teacher"
 
 @torch.no_grad()
 def ema_update(ema: torch.nn.Module, model: torch.nn.Module, decay: float) -> None:
-    for e, p in zip(ema.parameters(), model.parameters()):
-        e.lerp_(p, 1 - decay)
+    """e <- e + (1 - decay) (p - e) for every parameter, in one multi-tensor call."""
+    torch._foreach_lerp_(list(ema.parameters()), list(model.parameters()), 1 - decay)
+
+
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with the fused CPU kernel: the same update rule, one kernel for all tensors of a step."""
+    return torch.optim.Adam(params, lr=lr, fused=True)
+
+
+class EpochMeans:
+    """Sums of per-step training scalars, logged as epoch means at the epoch's end.
+
+    Equal to ``self.log(..., on_step=False, on_epoch=True)`` for equally sized batches, without
+    Lightning's per-call logging machinery (about a sixth of a small model's step time)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, torch.Tensor] = {}
+        self.count = 0
+
+    def add(self, values: dict[str, torch.Tensor]) -> None:
+        for key, value in values.items():
+            value = value.detach()
+            self.sums[key] = self.sums[key] + value if key in self.sums else value
+        self.count += 1
+
+    def pop(self) -> dict[str, float]:
+        means = {key: float(total) / self.count for key, total in self.sums.items()}
+        self.sums, self.count = {}, 0
+        return means
 
 
 def corrupted_only_loader(x1: torch.Tensor, cfg: DistillConfig, batches_per_epoch: int, seed: int) -> DataLoader:
@@ -74,13 +101,17 @@ class BridgeMatching(L.LightningModule):
         self.net, self.bridge, self.cfg, self.lr = net, bridge, cfg, lr
         self.ema = copy.deepcopy(net).requires_grad_(False)
         self.trace_x1, self.trace_nfe, self.bimodal_threshold = trace_x1, trace_nfe, bimodal_threshold
+        self.epoch_means = EpochMeans()
 
     def training_step(self, batch, batch_idx):
         x0, x1 = batch
         step = torch.randint(0, self.bridge.n_steps, (len(x0),))  # I2SB teacher: all steps
         loss = bridge_matching_loss(self.net, self.bridge, x0, x1, step)
-        self.log("train/loss", loss, on_step=False, on_epoch=True, batch_size=len(x0))
+        self.epoch_means.add({"train/loss": loss})
         return loss
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.epoch_means.pop())
 
     def validation_step(self, batch, batch_idx):
         x0, x1, step, x_t = batch
@@ -97,7 +128,7 @@ class BridgeMatching(L.LightningModule):
         ema_update(self.ema, self.net, self.cfg.ema)
 
     def configure_optimizers(self):
-        optimiser = torch.optim.Adam(self.net.parameters(), lr=self.lr)
+        optimiser = adam(self.net.parameters(), self.lr)
         # The decay to 0 lets the last weights settle (a constant lr leaves them jittering around the
         # optimum and the EMA lagging behind it: the review's under-trained teacher at 3000 steps).
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=self.cfg.steps)
@@ -130,6 +161,7 @@ class InverseBridgeMatching(L.LightningModule):
         self.val_reference, self.val_z = val_reference, val_z
         self.x1_only_batches = 0  # batches that were a single tensor of x1 rows (counted, then asserted)
         self.batches = 0
+        self.epoch_means = EpochMeans()
 
     def check_x1_only(self, batch) -> torch.Tensor:
         self.batches += 1
@@ -172,9 +204,12 @@ class InverseBridgeMatching(L.LightningModule):
             "generator_loss": gen_loss,
             "convergence": convergence_condition(fake_x0, x0.detach()),
         }
-        self.log_dict({f"train/{k}": v for k, v in logs.items()}, on_step=False, on_epoch=True, batch_size=len(x1))
+        self.epoch_means.add({f"train/{k}": v for k, v in logs.items()})
         # For the non-finite-loss stop: finite iff both the fake and the generator losses are.
         return (fake_loss + gen_loss).detach()
+
+    def on_train_epoch_end(self) -> None:
+        self.log_dict(self.epoch_means.pop())
 
     def validation_step(self, batch, batch_idx):
         x1 = self.check_x1_only(batch)
@@ -196,7 +231,4 @@ class InverseBridgeMatching(L.LightningModule):
         )
 
     def configure_optimizers(self):
-        return (
-            torch.optim.Adam(self.generator.parameters(), lr=self.lr),
-            torch.optim.Adam(self.fake.parameters(), lr=self.lr),
-        )
+        return adam(self.generator.parameters(), self.lr), adam(self.fake.parameters(), self.lr)
