@@ -22,19 +22,23 @@ from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
 
 
 def compression_kl(h: torch.Tensor) -> torch.Tensor:
-    """The official "I(X;H)" surrogate: KL(softmax(eps) || softmax(h)), eps ~ N(0, I) fresh, batch mean."""
+    """The official "I(X;H)" surrogate: KL(softmax(eps) || softmax(h)), eps ~ N(0, I) fresh, batch mean.
+
+    ``h`` is (batch, w) or (views, batch, w); the per-view batch means are summed over views.
+    """
     eps = torch.randn_like(h)
-    return F.kl_div(F.log_softmax(h, dim=1), F.softmax(eps, dim=1), reduction="batchmean")
+    return F.kl_div(F.log_softmax(h, dim=-1), F.softmax(eps, dim=-1), reduction="sum") / h.shape[-2]
 
 
 def jsd_mi(critic: torch.nn.Module, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """JSD lower bound on I(H; C): E_joint log sigma(T) + E_marginals log(1 - sigma(T)).
 
-    Negatives pair h_i with c_{i-1} (c rolled by one in the batch). The value is <= 0.
+    Negatives pair h_i with c_{i-1} (c rolled by one in the batch). The value is <= 0. With
+    (views, batch, .) inputs and a ``GroupedCritic`` it is the sum of the views' bounds.
     """
     positive = critic(h, c)
-    negative = critic(h, torch.roll(c, shifts=1, dims=0))
-    return F.logsigmoid(positive).mean() + F.logsigmoid(-negative).mean()
+    negative = critic(h, torch.roll(c, shifts=1, dims=-2))
+    return (F.logsigmoid(positive).mean(-1) + F.logsigmoid(-negative).mean(-1)).sum()
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
@@ -51,25 +55,28 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
     return F.cross_entropy(sim, targets) - math.log(n)
 
 
-def pairwise_nt_xent(zs: list[torch.Tensor], tau: float) -> torch.Tensor:
-    """``sum_{v != u} nt_xent(z_v, z_u, tau)`` over ordered view pairs, from one Gram matrix.
+def pairwise_nt_xent(zs: torch.Tensor, tau: float) -> torch.Tensor:
+    """``sum_{v != u} nt_xent(zs[v], zs[u], tau)`` over ordered view pairs of (views, n, d), from one Gram matrix.
 
     Equal to the pair-by-pair sum (each unordered pair counted twice, as the paper's u != v sum
     does), but the V x V blocks of similarities are computed once: row i of view v has the
-    denominator logsumexp over {z_v,j : j != i} and {z_u,j : all j}, so the per-block
-    logsumexps are shared by every pair that uses the block.
+    denominator sum over {z_v,j : j != i} and {z_u,j : all j}, so the per-block sums are shared
+    by every pair that uses the block. The logsumexp is shifted by the largest possible similarity,
+    1 / tau (cosines are <= 1), so the (Vn)^2 exponentials are at most 1 and need no per-row max;
+    ``tau >= 0.03`` (config bounds) keeps exp(-2 / tau) a normal float32, so no denominator underflows.
     """
-    n_views, n = len(zs), len(zs[0])
-    z = F.normalize(torch.cat(zs, dim=0), dim=1)
-    sim = (z @ z.T / tau).view(n_views, n, n_views, n)
-    self_pair = torch.eye(n_views, dtype=torch.bool, device=z.device)[:, None, :, None]
-    same_row = torch.eye(n, dtype=torch.bool, device=z.device)[None, :, None, :]
-    block_lse = torch.logsumexp(sim.masked_fill(self_pair & same_row, float("-inf")), dim=3)  # (V, n, V)
-    own = torch.diagonal(block_lse, dim1=0, dim2=2).T  # (V, n): logsumexp over the own view's other rows
-    positives = torch.diagonal(sim, dim1=1, dim2=3)  # (V, V, n): sim(z_v,i, z_u,i)
-    rows = torch.logaddexp(own[:, :, None], block_lse).permute(0, 2, 1) - positives  # (V, V, n)
-    off_diagonal = ~torch.eye(n_views, dtype=torch.bool, device=z.device)
-    return rows.mean(dim=2)[off_diagonal].sum() - n_views * (n_views - 1) * math.log(n)
+    n_views, n = zs.shape[0], zs.shape[1]
+    flat = F.normalize(zs.reshape(n_views * n, -1), dim=1)
+    shifted = torch.addmm(flat.new_tensor(-1 / tau), flat, flat.T, alpha=1 / tau)  # sim - 1 / tau, sim = cos / tau
+    positives = torch.diagonal(shifted.view(n_views, n, n_views, n), dim1=1, dim2=3)  # (V, V, n): pair (v,i)-(u,i)
+    weights = torch.exp(shifted)
+    self_pairs = torch.eye(n_views * n, dtype=torch.bool, device=zs.device)
+    weights = weights.masked_fill(self_pairs, 0.0)  # a row is not its own negative
+    block_sums = weights.view(n_views, n, n_views, n).sum(dim=3)  # (V, n, V): row (v, i) against view u
+    own = torch.diagonal(block_sums, dim1=0, dim2=2).T  # (V, n): the own view's other rows
+    rows = torch.log(own[:, None, :] + block_sums.permute(0, 2, 1)) - positives  # (V, V, n)
+    off_diagonal = 1.0 - torch.eye(n_views, device=zs.device)
+    return (rows.mean(dim=2) * off_diagonal).sum() - n_views * (n_views - 1) * math.log(n)
 
 
 def gaussian_sample(mu: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -90,22 +97,22 @@ def sdcib_loss(
 ) -> dict[str, torch.Tensor]:
     """The total loss and its parts (each part summed over views/layers/view pairs, unweighted).
 
-    ``critics`` maps ``"v{v}_k{k}"`` to the critic of view v, layer k. Pairs u != v are counted
+    ``outputs`` is the batched ``networks.ViewsOutput`` (tensors stacked over views); ``critics``
+    maps ``"k{k}"`` to layer k's ``GroupedCritic`` (one critic per view). Pairs u != v are counted
     in both orders, as in the paper's sum; NT-Xent is symmetric, so each unordered pair counts twice.
     """
-    zero = outputs[0].probs.new_zeros(())
+    zero = outputs.probs.new_zeros(())
     compression, mi, instance, cluster = zero, zero, zero, zero
-    for v, out in enumerate(outputs):
-        for k in layers if alpha > 0 else ():  # alpha = 0: no IB terms (and no critics) at all
-            compression = compression + compression_kl(out.codes[k])
-            # Official: the I(H;C) term draws its own sample of h from the layer's Gaussian.
-            h = gaussian_sample(out.mus[k], out.sigmas[k]) if sample else out.mus[k]
-            mi = mi + jsd_mi(critics[f"v{v}_k{k}"], h, out.probs)
-    if len(outputs) > 1:
+    for k in layers if alpha > 0 else ():  # alpha = 0: no IB terms (and no critics) at all
+        compression = compression + compression_kl(outputs.codes[k])
+        # Official: the I(H;C) term draws its own sample of h from the layer's Gaussian.
+        h = gaussian_sample(outputs.mus[k], outputs.sigmas[k]) if sample else outputs.mus[k]
+        mi = mi + jsd_mi(critics[f"k{k}"], h, outputs.probs)
+    if len(outputs.probs) > 1:
         for k in layers:  # instance level: the same sample's codes in two views are positives
-            instance = instance + pairwise_nt_xent([out.codes[k] for out in outputs], tau_instance)
+            instance = instance + pairwise_nt_xent(outputs.codes[k], tau_instance)
         # Cluster level (CC-style, no entropy term): the K columns of the (batch, K) assignments.
-        cluster = pairwise_nt_xent([out.probs.T for out in outputs], tau_cluster)
+        cluster = pairwise_nt_xent(outputs.probs.transpose(1, 2), tau_cluster)
     total = alpha * (compression + beta * mi_sign * mi) + (1 - alpha) * (instance + cluster)
     return {"loss": total, "compression": compression, "mi": mi, "instance": instance, "cluster": cluster}
 

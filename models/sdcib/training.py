@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from .algorithm import clustering_scores, fuse_views, gaussian_sample, jsd_mi, sdcib_loss
-from .networks import SDCIB, Critic
+from .networks import SDCIB, GroupedCritic
 
 
 class SDCIBModule(L.LightningModule):
@@ -40,9 +40,9 @@ class SDCIBModule(L.LightningModule):
         self.net, self.layers, self.lr, self.alpha, self.beta = net, layers, lr, alpha, beta
         self.tau_instance, self.tau_cluster, self.critic_steps = tau_instance, tau_cluster, critic_steps
         self.mi_sign = -1.0 if mi_sign == "ib" else 1.0  # "ib": maximise the bound (the fix)
-        views = range(len(net.view_dims))
-        self.critics = nn.ModuleDict(
-            {f"v{v}_k{k}": Critic(net.widths[k], net.n_clusters) for v in views for k in layers} if alpha > 0 else {}
+        n_views = len(net.view_dims)
+        self.critics = nn.ModuleDict(  # per layer, one batched critic for all views
+            {f"k{k}": GroupedCritic(n_views, net.widths[k], net.n_clusters) for k in layers} if alpha > 0 else {}
         )
         self.automatic_optimization = False
         self._val_probs: list[list[np.ndarray]] = []
@@ -60,8 +60,7 @@ class SDCIBModule(L.LightningModule):
             outputs = self.net(views, sample=True)
         for _ in range(self.critic_steps):
             mi = sum(
-                jsd_mi(self.critics[f"v{v}_k{k}"], gaussian_sample(out.mus[k], out.sigmas[k]), out.probs)
-                for v, out in enumerate(outputs)
+                jsd_mi(self.critics[f"k{k}"], gaussian_sample(outputs.mus[k], outputs.sigmas[k]), outputs.probs)
                 for k in self.layers
             )
             critic_opt.zero_grad()
@@ -102,7 +101,7 @@ class SDCIBModule(L.LightningModule):
 
     def validation_step(self, batch, batch_idx):
         *views, labels, is_val = batch
-        self._val_probs.append([out.probs.numpy() for out in self.net(views, sample=False)])
+        self._val_probs.append(list(self.net(views, sample=False).probs.numpy()))
         self._val_labels.append(labels.numpy())
         self._val_masks.append(is_val.numpy())
 

@@ -40,7 +40,7 @@ from models.sdcib.data import (  # noqa: E402
     save_npz,
     validation_split,
 )
-from models.sdcib.networks import SDCIB, Critic  # noqa: E402
+from models.sdcib.networks import SDCIB, GroupedCritic  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -112,11 +112,12 @@ def test_nt_xent_closed_form_for_orthogonal_aligned_views():
 def test_pairwise_nt_xent_equals_the_pair_by_pair_sum_over_ordered_pairs():
     zs = [torch.randn(5, 4) for _ in range(3)]
     expected = sum(reference_nt_xent(zs[v], zs[u], 0.3) for v in range(3) for u in range(3) if u != v)
-    assert float(pairwise_nt_xent(zs, 0.3)) == pytest.approx(expected, rel=1e-5)
-    assert float(pairwise_nt_xent(zs[:1], 0.3)) == 0.0  # one view: no pair to contrast
+    assert float(pairwise_nt_xent(torch.stack(zs), 0.3)) == pytest.approx(expected, rel=1e-5)
+    assert float(pairwise_nt_xent(torch.stack(zs[:1]), 0.3)) == 0.0  # one view: no pair to contrast
     # Cluster level: the K columns of (batch, K) assignments are the contrasted samples.
     c1, c2 = torch.softmax(torch.randn(16, 3), 1), torch.softmax(torch.randn(16, 3), 1)
-    assert float(pairwise_nt_xent([c1.T, c2.T], 0.1)) == pytest.approx(2 * reference_nt_xent(c1.T, c2.T, 0.1), rel=1e-5)
+    pair = torch.stack([c1.T, c2.T])
+    assert float(pairwise_nt_xent(pair, 0.1)) == pytest.approx(2 * reference_nt_xent(c1.T, c2.T, 0.1), rel=1e-5)
 
 
 def test_compression_kl_is_kl_of_softmax_prior_sample_to_softmax_code():
@@ -153,7 +154,8 @@ def critic_run(sign: float, steps: int = 60) -> float:
     torch.manual_seed(0)
     h = torch.randn(64, 8)
     c = torch.softmax(3 * h[:, :3], 1)  # c depends on h: I(h; c) > 0
-    critic = Critic(8, 3)
+    h, c = h[None], c[None]  # one view
+    critic = GroupedCritic(1, 8, 3)
     opt = torch.optim.Adam(critic.parameters(), lr=1e-2)
     for _ in range(steps):
         mi = jsd_mi(critic, h, c)
@@ -173,7 +175,7 @@ def test_official_sign_runs_away_while_ib_sign_stays_bounded():
 def small_outputs(widths=(6, 6, 4), k=3, views=2, batch=10):
     net = SDCIB((5, 7, 4)[:views], widths, k, (True,) * views)
     xs = [torch.rand(batch, d) for d in net.view_dims]
-    critics = {f"v{v}_k{l}": Critic(w, k) for v in range(views) for l, w in enumerate(widths)}
+    critics = {f"k{l}": GroupedCritic(views, w, k) for l, w in enumerate(widths)}
     return net, xs, critics
 
 
@@ -190,10 +192,11 @@ def test_sdcib_loss_composition_and_mi_sign():
     assert gap == pytest.approx(2 * 0.3 * 2.0 * float(ib["mi"]), rel=1e-4)
     assert float(ib["mi"]) <= 0  # sum of JSD bounds: the ib loss term -beta*I is >= 0
     # Two views: each unordered pair counts twice (u != v in both orders).
-    expected_inst = sum(2 * float(nt_xent(out[0].codes[l], out[1].codes[l], 0.1)) for l in range(3))
+    expected_inst = sum(2 * float(nt_xent(out.codes[l][0], out.codes[l][1], 0.1)) for l in range(3))
     assert float(ib["instance"]) == pytest.approx(expected_inst, rel=1e-5)
     last = sdcib_loss(out, critics, (2,), mi_sign=-1.0, **kw)
-    assert float(last["instance"]) == pytest.approx(2 * float(nt_xent(out[0].codes[2], out[1].codes[2], 0.1)), rel=1e-5)
+    expected_last = 2 * float(nt_xent(out.codes[2][0], out.codes[2][1], 0.1))
+    assert float(last["instance"]) == pytest.approx(expected_last, rel=1e-5)
     no_ib = sdcib_loss(out, {}, (0, 1, 2), mi_sign=-1.0, **{**kw, "alpha": 0.0})
     assert float(no_ib["loss"]) == pytest.approx(float(no_ib["instance"] + no_ib["cluster"]), rel=1e-6)
 
@@ -201,13 +204,13 @@ def test_sdcib_loss_composition_and_mi_sign():
 def test_encoder_heads_shapes_sigma_positive_mu_nonnegative_and_eval_is_deterministic():
     net, xs, _ = small_outputs(views=3)
     out = net(xs, sample=True)
-    assert len(out) == 3 and [m.shape[1] for m in out[0].mus] == [6, 6, 4]
-    assert all((s > 0).all() for o in out for s in o.sigmas)
-    assert all((m >= 0).all() for o in out for m in o.mus)  # ReLU before the split (official)
-    assert torch.allclose(out[1].probs.sum(1), torch.ones(10))
+    assert out.probs.shape == (3, 10, 3) and [m.shape for m in out.mus] == [(3, 10, 6), (3, 10, 6), (3, 10, 4)]
+    assert all((s > 0).all() for s in out.sigmas)
+    assert all((m >= 0).all() for m in out.mus)  # ReLU before the split (official)
+    assert torch.allclose(out.probs.sum(-1), torch.ones(3, 10))
     net.eval()
     a, b = net(xs, sample=False), net(xs, sample=False)
-    assert torch.equal(a[0].probs, b[0].probs) and torch.equal(a[0].codes[1], a[0].mus[1])
+    assert torch.equal(a.probs, b.probs) and torch.equal(a.codes[1], a.mus[1])
     labels = net.predict(xs)
     assert labels.shape == (10,) and int(labels.min()) >= 0 and int(labels.max()) < 3
 
@@ -225,7 +228,7 @@ def test_input_scaling_standardises_every_log1p_feature_and_travels_in_the_state
     np.testing.assert_allclose(
         a, (torch.log1p(counts) - torch.log1p(counts).mean(0)) / torch.log1p(counts).std(0), atol=1e-5
     )
-    assert torch.equal(b[:, 2], torch.zeros(50)) and float(net.scale_1[2]) == 1.0
+    assert torch.equal(b[:, 2], torch.zeros(50)) and float(net.scale[1, 2]) == 1.0
     copy = SDCIB((4, 3), (6, 4), 3, (True, False))
     copy.load_state_dict(net.state_dict())
     assert torch.equal(copy.transformed(0, counts), a)
