@@ -269,12 +269,42 @@ class OtterPolicy(nn.Module):
         return self.act(*_encoder_features(self.encoder, self.frozen, images, tokens), proprio)
 
 
+class ReadoutBlock(nn.Module):
+    """A pre-LN transformer layer evaluated at some positions only: ``queries`` attend over all ``tokens``
+    (queries are among them), then a residual MLP. With every position as a query it is an ordinary layer."""
+
+    def __init__(self, d_model: int, heads: int) -> None:
+        super().__init__()
+        self.ln_q, self.ln_kv, self.ln_mlp = nn.LayerNorm(d_model), nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.attn = nn.MultiheadAttention(d_model, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 2 * d_model), nn.GELU(), nn.Linear(2 * d_model, d_model))
+
+    def forward(self, queries: torch.Tensor, tokens: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+        """``position`` (same shape as ``tokens``) is added to the values only."""
+        keys = self.ln_kv(tokens)
+        x = queries + self.attn(self.ln_q(queries), keys, keys + position, need_weights=False)[0]
+        return x + self.mlp(self.ln_mlp(x))
+
+
 class AllTokensPolicy(nn.Module):
-    """The 'independent features' head OTTER argues against: all patch tokens (+PE), the words and
-    proprio through a transformer; a CLS token reads out the action."""
+    """The 'independent features' head OTTER argues against: every patch token, the word tokens and a proprio
+    token go into a policy transformer, which must learn for itself which patches the words name (its attention
+    projections see seen targets only). The action is read from the outputs at the word and proprio positions
+    (the last layer is evaluated there only: its other outputs are unread). As in OTTER's selection, the 2-D
+    position code enters the values only: the two heads differ in what selects the patches (frozen cosine vs
+    learned attention), not in how position reaches the policy. With the code also in the keys, it swamped the
+    unit-norm patch content and the head had not left the "predict the mean" plateau after 1,000 steps."""
 
     def __init__(
-        self, encoder: CLIPEncoder, frozen: bool, d_model: int, layers: int, hidden: int, action_dim: int = 2
+        self,
+        encoder: CLIPEncoder,
+        frozen: bool,
+        d_model: int,
+        layers: int,
+        hidden: int,
+        heads: int = 2,
+        n_words: int = 2,
+        action_dim: int = 2,
     ) -> None:
         super().__init__()
         self.encoder, self.frozen = encoder, frozen
@@ -283,16 +313,19 @@ class AllTokensPolicy(nn.Module):
         dim = encoder.visual.proj.shape[1]
         self.register_buffer("pos", sincos_2d(encoder.grid, dim), persistent=False)
         self.visual_in = nn.Linear(dim, d_model)
+        self.pos_in = nn.Linear(dim, d_model, bias=False)
         self.word_in = nn.Linear(dim, d_model)
         self.proprio_in = nn.Linear(2, d_model)
-        self.cls = nn.Parameter(0.02 * torch.randn(1, 1, d_model))
         self.token_type = nn.Parameter(0.02 * torch.randn(3, d_model))
-        layer = nn.TransformerEncoderLayer(
-            d_model, 4 if d_model % 4 == 0 else 1, 2 * d_model, 0.0, batch_first=True, norm_first=True
-        )
-        self.policy = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.slot = nn.Parameter(0.02 * torch.randn(n_words + 1, d_model))  # which readout is which
+        self.blocks = nn.ModuleList(ReadoutBlock(d_model, heads) for _ in range(layers))
         self.head = nn.Sequential(
-            nn.LayerNorm(d_model), nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, action_dim)
+            nn.LayerNorm((n_words + 1) * d_model),
+            nn.Linear((n_words + 1) * d_model, hidden),
+            nn.GELU(),
+            nn.Linear(hidden, hidden),
+            nn.GELU(),
+            nn.Linear(hidden, action_dim),
         )
 
     def train(self, mode: bool = True):
@@ -305,16 +338,15 @@ class AllTokensPolicy(nn.Module):
         return self.act(*_encoder_features(self.encoder, self.frozen, images, tokens), proprio)
 
     def act(self, patches: torch.Tensor, words: torch.Tensor, proprio: torch.Tensor) -> torch.Tensor:
-        x = torch.cat(
-            [
-                self.cls.expand(len(patches), -1, -1),
-                self.visual_in(patches + self.pos) + self.token_type[0],
-                self.word_in(words) + self.token_type[1],
-                self.proprio_in(proprio)[:, None] + self.token_type[2],
-            ],
-            1,
+        readout = torch.cat([self.word_in(words), self.proprio_in(proprio)[:, None]], 1)
+        readout = (
+            readout + torch.cat([self.token_type[1:2].expand(words.shape[1], -1), self.token_type[2:]]) + self.slot
         )
-        return self.head(self.policy(x)[:, 0])
+        x = torch.cat([self.visual_in(patches) + self.token_type[0], readout], 1)
+        position = F.pad(self.pos_in(self.pos), (0, 0, 0, readout.shape[1]))[None]  # patches only
+        for block in self.blocks[:-1]:
+            x = block(x, x, position)
+        return self.head(self.blocks[-1](x[:, -readout.shape[1] :], x, position).flatten(1))
 
 
 # ----------------------------------------------------------------------------- pretraining loss

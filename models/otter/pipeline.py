@@ -11,28 +11,42 @@ instruction's per-token text features T (k x D), build one visual token per word
 f = softmax_patches(T P^T / tau) (P + PE), so only instruction-relevant visual content reaches the
 policy. Behaviour cloning with an L1 loss trains the policy on top.
 
-Pipeline: ``prepare`` renders a synthetic tabletop (32 x 32 px, 3 objects from 4 colours x 4
-shapes, a 2 x 2 agent, instruction "<colour> <shape>"), pretrains a tiny CLIP-layout encoder on
-captioned scenes over all 16 pairs and saves it next to the data (DVC versions both), and writes
-expert demonstrations (targets from seen pairs only) and fixed evaluation episodes. ``train`` runs
-three behaviour-cloning arms on the same demonstrations, steps, batches and seeds:
+Data (synthetic: no robot data, LIBERO assets or CLIP weights exist offline): ``prepare`` renders a
+tabletop (32 x 32 px, 3 objects from 4 colours x 4 shapes, a 2 x 2 agent, instruction "<colour>
+<shape>"), pretrains a tiny CLIP-layout encoder on captioned scenes over all 16 pairs and saves it
+next to the data (DVC versions both), and writes expert demonstrations and seen-target validation
+scenes (targets from seen pairs only) and fixed test episodes on seen and held-out targets.
+
+Arms (``train``), all on the same demonstrations, epoch budget, batches and seeds:
   method     OTTER head, encoder frozen;
-  finetuned  the same OTTER head with the encoder fine-tuned (lr 3e-4; heads 1e-3), the
-             paper's "fine-tune the VLM" alternative;
-  baseline   all-tokens head (64 patch tokens + PE, 2 word tokens, proprio, CLS readout through a
-             transformer), encoder frozen: the "independent features" design OTTER argues against.
-``evaluate`` rolls each policy out on seen and held-out targets and probes the encoder's
-word->patch localisation. ``claim`` judges three criteria on held-out success, each with a 95 %
-t-interval over the paired behaviour-cloning seeds: OTTER >= 0.5, OTTER - fine-tuned >= 0.2,
-OTTER - all-tokens >= 0.3.
+  finetuned  the same OTTER head with the encoder fine-tuned, the paper's "fine-tune the VLM"
+             alternative;
+  baseline   all-tokens head (64 patch tokens, 2 word tokens and proprio through a transformer read out
+             at the word and proprio positions), encoder frozen: the "independent features" design
+             OTTER argues against, which must learn its own word->patch attention from the seen targets.
+Selection (REVIEW.md rule 2): each arm's grid is fitted on the first seed: the head lr
+(``bc.lr_grid``) for the frozen arms; for the fine-tuned arm the encoder lr (``bc.encoder_lr_grid``,
+3e-4 / 1e-4 / 3e-5, the values the review found to decide the comparison) with its head, the frozen
+arm's head, at the lr chosen for the frozen arm. Every fit stops early on the seen-target validation L1
+(patience, best epoch's weights); the grid point with the best closed-loop success on the seen-target
+validation episodes wins (ties: lower validation L1) and is refitted on the other seeds. Held-out
+targets enter no choice.
+
+Claim (``claim``), on the held-out-colour split, each criterion a mean over the paired BC seeds (every
+arm of a seed shares its head initialisation and batch order) with its t-interval: OTTER's held-out
+success >= 0.5, >= the fine-tuned arm's + 0.2 and >= the all-tokens arm's + 0.3 (the brief's revised
+criteria); OTTER's held-out / seen success >= 0.8 (the brief's first criterion (ii); REVIEW.md asks for
+the ratio). Must pass: the encoder probe localises held-out targets (>= 0.9), OTTER's seen success
+>= 0.8 (brief), and every arm learns the seen task (seen-target success >= 0.5, a majority of episodes,
+about 10x a random policy; REVIEW.md: "the all-tokens baseline must learn the seen task").
 
 Deliberate deviations, and why:
-* No CLIP weights, robot data or LIBERO exist offline: the encoder is a tiny CLIP-layout model
-  (OpenAI parameter names, plus a 3x3 conv stem) pretrained with the brief's grounded region-word
-  contrastive loss (the global FILIP-style loss did not converge at toy scale, brief). A loader for
-  real OpenAI-layout CLIP state dicts (``clip_weights``, a path under data/) builds the same
-  encoder interface and uses the ClearCLIP-style last-block attention output like the official code;
-  the tiny encoder uses its ordinary output tokens, which its loss trained directly.
+* No CLIP weights: the encoder is a tiny CLIP-layout model (OpenAI parameter names, plus a 3x3 conv
+  stem) pretrained with the brief's grounded region-word contrastive loss (the global FILIP-style
+  loss did not converge at toy scale, brief). A loader for real OpenAI-layout CLIP state dicts
+  (``clip_weights``, a path under data/) builds the same encoder interface and uses the
+  ClearCLIP-style last-block attention output like the official code; the tiny encoder uses its
+  ordinary output tokens, which its loss trained directly.
 * Held-out split: the default holds out a colour (yellow is never a BC target but is in the
   pretraining and as a distractor), the brief's revised primary split; ``data.split=pairs`` holds
   out 4 colour-shape pairs instead. Distractors share no attribute with the target.
@@ -43,24 +57,32 @@ Deliberate deviations, and why:
 * Position code: a fixed 2-D sin-cos table added to the values (the paper's 1-D index code made the
   target hard to decode for a small head, brief). Temperature: learnable from 0.07 (PyTorch code),
   clamped below at 0.01 (the JAX clip on the inverse temperature), logged.
-* Budget: 600 BC steps at batch 64, AdamW (weight decay 0.01), no warm-up/cosine schedule, no
-  augmentation. 3 behaviour-cloning seeds at default and paper scale (the brief: "3 seeds for the
-  claim"); a single seed decides nothing here: OTTER's held-out success was 0.60 / 0.43 / 0.85 on seeds
-  0 / 1 / 2 against the fine-tuned arm's 0.41 / 0.35 / 0.19 (session-3 audit). This puts the default
-  at ~3x the one-seed time (~4 min on 2 cores), over the project's 90 s target by decision.
+* The all-tokens head reads its action out at the word and proprio positions, not at a CLS token (the
+  prototype's one-layer CLS query is a constant, so its attention could not depend on the instruction:
+  0.03 seen success), and its position code enters the values only, as in OTTER's selection (in the
+  keys too it swamped the patch content: no learning in 1,000 steps).
+* Demonstrations end when the expert reaches the target (the brief's fixed 12 steps were ~70 % "stay"
+  rows, which made 0 the L1-optimal output of any head that has not found the target yet); 600 of them
+  give ~2,800 (state, action) rows, about the brief's 3,600.
+* Budget: up to 10 epochs of batch 32 per fit (~870 steps), patience 3, AdamW (weight decay 0.01), no
+  warm-up/cosine schedule, no augmentation; encoder width 32 with a 16-channel stem (a quarter of width
+  64's cost, the same probe localisation). The default takes up to about 180 s of one core (the issue
+  allows OTTER that much), not 90: the fine-tuned arm back-propagates through the encoder for each of its
+  3 encoder learning rates and 2 further seeds (most of the training time), and a fair choice of that lr
+  is what the review asked for; 3 seeds, because one decides nothing (held-out success spread 0.43-0.85
+  over seeds in the session-3 audit).
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
-import lightning as L
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import (
     ClaimResult,
@@ -72,22 +94,26 @@ from models.base import (
     user_data_path,
     write_manifest,
 )
-from models.common import plotting
 from models.common import verdicts as V
 from models.common.lightning import fit, set_threads
+from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
 
 from . import data as tabletop
+from . import plots
 from .config import Config
-from .networks import (
-    AllTokensPolicy,
-    CLIPEncoder,
-    OtterPolicy,
-    all_captions,
-    grounded_contrastive_loss,
-    load_clip_weights,
-)
+from .networks import AllTokensPolicy, CLIPEncoder, OtterPolicy, load_clip_weights
+from .training import EARLY_STOPPING_METRIC, BehaviourCloning, ContrastivePretraining, train_loader, validation_loader
 
 ARMS = ("method", "finetuned", "baseline")
+LEARNS_TASK_SUCCESS = 0.5  # seen-target success every arm must reach: a majority of episodes (random policy ~0.05)
+METHOD_SEEN_SUCCESS = 0.8  # brief: OTTER's seen success
+PROBE_LOCALISATION = 0.9  # brief: word->patch argmax localisation on held-out targets
+TIE_BREAK_L1 = 1e-3  # selection score = validation success - 1e-3 x validation L1 (L1 < 2: breaks ties only)
+
+
+def grid_size(cfg: Config) -> int:
+    return cfg.data.image_size // cfg.data.encoder.patch
+
 
 # ----------------------------------------------------------------------------- prepare
 
@@ -107,47 +133,14 @@ def build_encoder(cfg: Config) -> CLIPEncoder:
     )
 
 
-class ContrastivePretraining(L.LightningModule):
-    """The grounded region-word contrastive loss on captioned scenes; Adam."""
-
-    def __init__(self, encoder: CLIPEncoder, cfg: Config) -> None:
-        super().__init__()
-        self.encoder, self.cfg = encoder, cfg.data.pretrain
-        self.register_buffer("captions", all_captions(), persistent=False)
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        images, patch, pairs = batch
-        patches = self.encoder.encode_patches(images)
-        words = self.encoder.encode_words(self.captions)
-        loss, region, word = grounded_contrastive_loss(patches, words, patch, pairs, self.cfg.tau)
-        train = stage == "train"
-        self.log_dict(
-            {f"{stage}/loss": loss, f"{stage}/region_loss": region, f"{stage}/word_loss": word},
-            on_step=train,
-            on_epoch=not train,
-            batch_size=len(images),
-        )
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def configure_optimizers(self):
-        return torch.optim.Adam(self.encoder.parameters(), lr=self.cfg.lr)
-
-
 def pretrain_encoder(cfg: Config, scenes: dict[str, np.ndarray]) -> tuple[CLIPEncoder, list[dict]]:
     torch.manual_seed(cfg.seed)
     encoder = build_encoder(cfg)
     p = cfg.data.pretrain
-    dataset = TensorDataset(
-        torch.from_numpy(scenes["images"]), torch.from_numpy(scenes["patch"]), torch.from_numpy(scenes["pairs"])
-    )
-    loader = DataLoader(
-        dataset, p.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(cfg.seed)
-    )
+    tensors = tuple(torch.from_numpy(scenes[k]) for k in ("images", "patch", "pairs"))
+    loader = train_loader(tensors, p.batch_size, cfg.seed)
     records = fit(
-        ContrastivePretraining(encoder, cfg),
+        ContrastivePretraining(encoder, p.lr, p.tau),
         loader,
         max_epochs=math.ceil(p.steps / len(loader)),
         max_steps=p.steps,
@@ -161,17 +154,19 @@ def pretrain_encoder(cfg: Config, scenes: dict[str, np.ndarray]) -> tuple[CLIPEn
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     set_threads()
     d = cfg.data
-    grid = d.image_size // d.encoder.patch
+    grid = grid_size(cfg)
     rng = np.random.default_rng(cfg.seed)
     pretraining = tabletop.make_pretraining(rng, d.n_pretrain, d.image_size, grid)
     demo_scenes = tabletop.make_scenes(rng, d.n_demos, d.image_size, grid, d.split, heldout=False)
-    demos = tabletop.make_demos(demo_scenes, d.demo_steps, d.step_size, grid)
+    val_scenes = tabletop.make_scenes(rng, d.n_val, d.image_size, grid, d.split, heldout=False)
     episodes = {
         split: tabletop.make_scenes(rng, d.n_eval, d.image_size, grid, d.split, heldout=split == "heldout")
         for split in ("seen", "heldout")
     }
     np.savez_compressed(data_dir / "pretrain.npz", **pretraining)
-    np.savez_compressed(data_dir / "demos.npz", **demos)
+    np.savez_compressed(data_dir / "demos.npz", **tabletop.make_demos(demo_scenes, d.demo_steps, d.step_size, grid))
+    np.savez_compressed(data_dir / "val_scenes.npz", **val_scenes)
+    np.savez_compressed(data_dir / "val_demos.npz", **tabletop.make_demos(val_scenes, d.demo_steps, d.step_size, grid))
     for split, scenes in episodes.items():
         np.savez_compressed(data_dir / f"episodes_{split}.npz", **scenes)
     encoder, records = pretrain_encoder(cfg, pretraining)
@@ -192,7 +187,8 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
             "synthetic": True,
             "split": d.split,
             "n_pretrain": d.n_pretrain,
-            "n_demo_pairs": len(demos["actions"]),
+            "n_demo_pairs": int(np.load(data_dir / "demos.npz")["actions"].shape[0]),
+            "n_val_scenes": d.n_val,
             "n_eval_per_split": d.n_eval,
             "pretrain_final_loss": records[-1].get("train/loss", float("nan")) if records else float("nan"),
         },
@@ -204,12 +200,13 @@ def load_npz(data: DatasetRef, name: str) -> dict[str, np.ndarray]:
         return {k: f[k] for k in f.files}
 
 
-def load_encoder(cfg: Config, data: DatasetRef) -> CLIPEncoder:
-    """The frozen VL encoder: real CLIP weights if configured, else the one pretrained in prepare."""
+def load_encoder(cfg: Config, data: DatasetRef | None) -> CLIPEncoder:
+    """The VL encoder: real CLIP weights if configured, else the one pretrained in prepare (None: untrained)."""
     if cfg.clip_weights:
         return load_clip_weights(user_data_path(cfg.clip_weights), cfg.clip_head_width, cfg.clip_word_ids)
     encoder = build_encoder(cfg)
-    encoder.load_state_dict(torch.load(data.file("encoder.pt"), weights_only=True))
+    if data is not None:
+        encoder.load_state_dict(torch.load(data.file("encoder.pt"), weights_only=True))
     return encoder.eval()
 
 
@@ -219,7 +216,7 @@ def load_encoder(cfg: Config, data: DatasetRef) -> CLIPEncoder:
 def build_policy(cfg: Config, arm: str, encoder: CLIPEncoder) -> torch.nn.Module:
     if arm == "baseline":
         b = cfg.baseline
-        return AllTokensPolicy(encoder, frozen=True, d_model=b.d_model, layers=b.layers, hidden=b.hidden)
+        return AllTokensPolicy(encoder, frozen=True, d_model=b.d_model, layers=b.layers, hidden=b.hidden, heads=b.heads)
     p = cfg.policy
     return OtterPolicy(
         encoder,
@@ -233,50 +230,86 @@ def build_policy(cfg: Config, arm: str, encoder: CLIPEncoder) -> torch.nn.Module
     )
 
 
-class BehaviourCloning(L.LightningModule):
-    """L1 between predicted and expert actions (the official loss); AdamW, encoder at its own lr."""
-
-    def __init__(self, policy: torch.nn.Module, cfg: Config) -> None:
-        super().__init__()
-        self.policy, self.cfg = policy, cfg.bc
-
-    def shared_step(self, batch, stage: str) -> torch.Tensor:
-        if self.policy.frozen:  # batches of precomputed (patch, word) features: the same maths, faster
-            patches, words, proprio, actions = batch
-            predicted = self.policy.act(patches, words, proprio)
-        else:
-            images, tokens, proprio, actions = batch
-            predicted = self.policy(images, tokens, proprio)
-        loss = F.l1_loss(predicted, actions)
-        train = stage == "train"
-        self.log(f"{stage}/l1", loss, on_step=train, on_epoch=not train, batch_size=len(actions))
-        if train and isinstance(self.policy, OtterPolicy):
-            self.log("train/tau", self.policy.tau.detach(), on_step=True, batch_size=len(actions))
-        return loss
-
-    def training_step(self, batch, batch_idx):
-        return self.shared_step(batch, "train")
-
-    def configure_optimizers(self):
-        encoder = [p for p in self.policy.encoder.parameters() if p.requires_grad]
-        ids = {id(p) for p in self.policy.encoder.parameters()}
-        head = [p for p in self.policy.parameters() if p.requires_grad and id(p) not in ids]
-        groups = []
-        for params, lr in ((head, self.cfg.lr), (encoder, self.cfg.encoder_lr)):
-            # OTTER's add_weight_decay: no decay on norms, biases and scalars (log_tau), i.e. tensors below 2-D
-            decay, no_decay = [p for p in params if p.ndim >= 2], [p for p in params if p.ndim < 2]
-            groups += [
-                {"params": ps, "lr": lr, "weight_decay": wd}
-                for ps, wd in ((decay, self.cfg.weight_decay), (no_decay, 0.0))
-                if ps
-            ]
-        return torch.optim.AdamW(groups)
-
-
 @torch.no_grad()
 def encoder_features(encoder: CLIPEncoder, images: torch.Tensor, tokens: torch.Tensor, chunk: int = 512):
     patches = torch.cat([encoder.encode_patches(images[i : i + chunk]) for i in range(0, len(images), chunk)])
     return patches, encoder.encode_words(tokens)
+
+
+@dataclass
+class CloningData:
+    """What every fit reads: the demonstrations (raw, and as frozen-encoder features), the seen-target
+    validation demonstrations and episodes, and the pretrained encoder each fit starts from."""
+
+    encoder: CLIPEncoder
+    train_raw: tuple[torch.Tensor, ...]  # images, tokens, proprio, actions
+    train_features: tuple[torch.Tensor, ...]  # patches, words, proprio, actions
+    val_raw: tuple[torch.Tensor, ...]
+    val_features: tuple[torch.Tensor, ...]
+    val_scenes: dict[str, np.ndarray]
+
+
+def load_cloning_data(cfg: Config, data: DatasetRef) -> CloningData:
+    encoder = load_encoder(cfg, data)
+
+    def tensors(name: str) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        demos = load_npz(data, name)
+        images, tokens, proprio, actions = (
+            torch.from_numpy(demos[k]) for k in ("images", "tokens", "proprio", "actions")
+        )
+        return (images, tokens, proprio, actions), (*encoder_features(encoder, images, tokens), proprio, actions)
+
+    train_raw, train_features = tensors("demos.npz")
+    val_raw, val_features = tensors("val_demos.npz")
+    return CloningData(encoder, train_raw, train_features, val_raw, val_features, load_npz(data, "val_scenes.npz"))
+
+
+@dataclass
+class Fitted:
+    policy: torch.nn.Module
+    records: list[dict[str, float]]
+    best: BestWeights  # best validation L1 and its epoch
+    val_success: float  # closed-loop success on the seen-target validation episodes (best epoch's weights)
+
+
+def arm_grid(cfg: Config, arm: str, method_lr: float | None = None) -> list[dict]:
+    """The declared selection grid of an arm: the head lr; for the fine-tuned arm the encoder lr, its head (the
+    frozen arm's head) at the lr chosen for the frozen arm (``method_lr``)."""
+    if arm == "finetuned":
+        if method_lr is None:
+            raise ValueError("the fine-tuned arm's grid needs the head lr chosen for the frozen OTTER arm")
+        return grid(lr=(method_lr,), encoder_lr=cfg.bc.encoder_lr_grid)
+    return grid(lr=cfg.bc.lr_grid)
+
+
+def fit_arm(cfg: Config, bc: CloningData, arm: str, point: dict, seed: int) -> tuple[float, Fitted]:
+    """Train one arm at one grid point and seed, stopping early on the seen-target validation L1; the
+    selection score is the closed-loop seen-target validation success (ties: lower L1)."""
+    torch.manual_seed(seed)  # identical head initialisation for every arm and grid point of a seed
+    policy = build_policy(cfg, arm, copy.deepcopy(bc.encoder))
+    train_tensors, val_tensors = (bc.train_features, bc.val_features) if policy.frozen else (bc.train_raw, bc.val_raw)
+    callbacks = early_stopping_callbacks(EARLY_STOPPING_METRIC, cfg.bc.patience, mode="min")
+    settings = ", ".join(f"{k}={v:g}" for k, v in point.items())
+    module = BehaviourCloning(policy, point["lr"], point.get("encoder_lr", 0.0), cfg.bc.weight_decay)
+    records = fit(
+        module,
+        train_loader(train_tensors, cfg.bc.batch_size, seed),
+        validation_loader(val_tensors),
+        max_epochs=cfg.bc.max_epochs,
+        seed=seed,
+        variant=f"{arm} ({settings}), seed {seed}",
+        gradient_clip_val=cfg.bc.grad_clip,
+        callbacks=callbacks,
+    )
+    best = callbacks[-1]
+    policy.eval()
+    val_success = success_rate(cfg, policy, bc.val_scenes)
+    val_l1 = best.best if best.best is not None else math.nan
+    return val_success - TIE_BREAK_L1 * val_l1, Fitted(policy, records, best, val_success)
+
+
+def history_key(arm: str, seed_index: int) -> str:
+    return arm if seed_index == 0 else f"{arm}_seed{seed_index}"
 
 
 def weights_file(model_dir: Path, arm: str, seed_index: int) -> Path:
@@ -285,54 +318,40 @@ def weights_file(model_dir: Path, arm: str, seed_index: int) -> Path:
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     set_threads()
-    demos = load_npz(data, "demos.npz")
-    images, tokens, proprio, actions = (torch.from_numpy(demos[k]) for k in ("images", "tokens", "proprio", "actions"))
-    frozen_features = encoder_features(load_encoder(cfg, data), images, tokens)  # the frozen arms never change them
+    bc = load_cloning_data(cfg, data)
     history: dict[str, list[dict[str, float]]] = {
         "pretrain": json.loads(data.file("pretrain_history.json").read_text())
     }
     summary: dict[str, float] = {}
-    steps = cfg.bc.steps
-    for k in range(cfg.n_seeds):
-        seed = cfg.seed + k
-        for arm in ARMS:
-            torch.manual_seed(seed)  # same head init streams and the same batches for every arm
-            policy = build_policy(cfg, arm, load_encoder(cfg, data))
-            dataset = (
-                TensorDataset(*frozen_features, proprio, actions)
-                if policy.frozen
-                else TensorDataset(images, tokens, proprio, actions)
+    selections = {}
+    for arm in ARMS:
+        trials: list[dict] = []
+
+        def fit_and_score(point: dict, arm: str = arm) -> tuple[float, Fitted]:
+            score, fitted = fit_arm(cfg, bc, arm, point, cfg.seed)
+            best_l1 = fitted.best.best if fitted.best.best is not None else math.nan
+            trials.append(
+                {**point, "val_success": fitted.val_success, "val_l1": best_l1, "best_epoch": fitted.best.best_epoch}
             )
-            loader = DataLoader(
-                dataset, cfg.bc.batch_size, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(seed)
-            )
-            name = arm if k == 0 else f"{arm}_seed{k}"
-            records = fit(
-                BehaviourCloning(policy, cfg),
-                loader,
-                max_epochs=math.ceil(steps / len(loader)),
-                max_steps=steps,
-                seed=seed,
-                variant=name,
-                gradient_clip_val=cfg.bc.grad_clip,
-                log_every_n_steps=max(1, steps // 30),
-            )
-            torch.save(policy.state_dict(), weights_file(out_dir, arm, k))
-            history[name] = records
-            l1 = [r["train/l1"] for r in records if "train/l1" in r]
-            summary[f"{name}/final_l1"] = float(np.mean(l1[-5:])) if l1 else float("nan")
+            return score, fitted
+
+        points = arm_grid(cfg, arm, selections.get("method", {}).get("chosen", {}).get("lr"))
+        selection, first = select_on_validation(arm, points, fit_and_score, metric="score")
+        print(f"  selected {selection.describe()}", flush=True)
+        fits = [first] + [fit_arm(cfg, bc, arm, selection.chosen, cfg.seed + k)[1] for k in range(1, cfg.n_seeds)]
+        for k, fitted in enumerate(fits):
+            torch.save(fitted.policy.state_dict(), weights_file(out_dir, arm, k))
+            history[history_key(arm, k)] = fitted.records
+            summary.update(fitted.best.summary(f"{arm}/seed{k}"))
+            summary[f"select/{arm}/seed{k}/val_success"] = fitted.val_success
+        summary.update(selection.summary())
+        selections[arm] = {"chosen": selection.chosen, "table": trials}
+    (Path(out_dir) / "selection.json").write_text(json.dumps(selections, indent=1))
     return TrainedArtifacts(out_dir, history, summary)
 
 
-def load_policy(
-    cfg: Config, model_dir: Path, arm: str, seed_index: int = 0, data: DatasetRef | None = None
-) -> torch.nn.Module:
-    encoder = (
-        build_encoder(cfg)
-        if not cfg.clip_weights
-        else load_clip_weights(user_data_path(cfg.clip_weights), cfg.clip_head_width, cfg.clip_word_ids)
-    )
-    policy = build_policy(cfg, arm, encoder)
+def load_policy(cfg: Config, model_dir: Path, arm: str, seed_index: int = 0) -> torch.nn.Module:
+    policy = build_policy(cfg, arm, load_encoder(cfg, None))
     policy.load_state_dict(torch.load(weights_file(model_dir, arm, seed_index), weights_only=True))
     return policy.eval()
 
@@ -346,174 +365,164 @@ def load_model(cfg: Config, model_dir: Path) -> OtterPolicy:
 
 
 @torch.no_grad()
-def rollout(cfg: Config, policy: torch.nn.Module, scenes: dict[str, np.ndarray], act=None) -> np.ndarray:
-    """Closed-loop episodes (all in one batch); returns per-episode success (reached within the radius)."""
+def success_rate(cfg: Config, policy: torch.nn.Module, scenes: dict[str, np.ndarray]) -> float:
+    """Closed-loop success rate of a policy from the scenes' start states."""
     d = cfg.data
-    grid = d.image_size // d.encoder.patch
-    agent = scenes["agent"].copy()
-    target = tabletop.cell_centre(scenes["cells"][:, 0], grid)
-    tokens = torch.from_numpy(tabletop.caption(scenes["pairs"][:, 0]))
-    reached = np.zeros(len(agent), bool)
-    for _ in range(d.max_steps):
-        if act is None:
-            images = torch.from_numpy(tabletop.draw_agent(scenes["background"], agent))
-            action = policy(images, tokens, torch.from_numpy(agent.astype(np.float32))).numpy()
-        else:
-            action = act(agent, target)
-        agent = np.where(reached[:, None], agent, tabletop.step(agent, action, d.step_size))
-        reached |= np.linalg.norm(agent - target, axis=1) <= d.success_radius
-    return reached
+
+    def act(images, tokens, agent, target):
+        return policy(torch.from_numpy(images), torch.from_numpy(tokens), torch.from_numpy(agent.astype(np.float32)))
+
+    reached = tabletop.rollout(
+        lambda *args: act(*args).numpy(), scenes, grid_size(cfg), d.max_steps, d.step_size, d.success_radius
+    )
+    return float(reached.mean())
+
+
+def scripted_success(cfg: Config, scenes: dict[str, np.ndarray], act) -> float:
+    """Success of a scripted controller ``act(agent, target)`` (the expert, a random policy)."""
+    d = cfg.data
+    reached = tabletop.rollout(
+        lambda images, tokens, agent, target: act(agent, target),
+        scenes,
+        grid_size(cfg),
+        d.max_steps,
+        d.step_size,
+        d.success_radius,
+    )
+    return float(reached.mean())
+
+
+def first_frames(scenes: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each episode's first image and its instruction tokens."""
+    return tabletop.draw_agent(scenes["background"], scenes["agent"]), tabletop.caption(scenes["pairs"][:, 0])
+
+
+def target_patch(scenes: dict[str, np.ndarray], grid: int) -> np.ndarray:
+    cells = scenes["cells"][:, 0]
+    return cells[:, 0] * grid + cells[:, 1]
+
+
+@torch.no_grad()
+def selection_stats(policy: OtterPolicy, scenes: dict[str, np.ndarray], grid: int) -> dict[str, float]:
+    """Where OTTER's per-word selection lands on the episodes' first frames: the attention mass on the target's
+    patch (mean over words) and how often each word's argmax patch is the target's."""
+    images, tokens = first_frames(scenes)
+    _, _, weights = policy.select(torch.from_numpy(images), torch.from_numpy(tokens))
+    target = torch.from_numpy(target_patch(scenes, grid))
+    on_target = weights[torch.arange(len(target)), :, target]  # (S, k)
+    hit = (weights.argmax(-1) == target[:, None]).float()
+    return {
+        "target_mass": float(on_target.mean()),
+        "colour_word_hit": float(hit[:, 0].mean()),
+        "shape_word_hit": float(hit[:, 1].mean()),
+    }
 
 
 @torch.no_grad()
 def probe_localisation(encoder: CLIPEncoder, scenes: dict[str, np.ndarray], grid: int) -> float:
     """How often the argmax over patches of the mean word-patch cosine is the target's patch."""
-    images = torch.from_numpy(tabletop.draw_agent(scenes["background"], scenes["agent"]))
-    patches = encoder.encode_patches(images)
-    words = encoder.encode_words(torch.from_numpy(tabletop.caption(scenes["pairs"][:, 0])))
+    images, tokens = first_frames(scenes)
+    patches = encoder.encode_patches(torch.from_numpy(images))
+    words = encoder.encode_words(torch.from_numpy(tokens))
     best = (words.mean(1, keepdim=True) @ patches.transpose(1, 2))[:, 0].argmax(-1).numpy()
-    cells = scenes["cells"][:, 0]
-    return float(np.mean(best == cells[:, 0] * grid + cells[:, 1]))
+    return float(np.mean(best == target_patch(scenes, grid)))
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
     set_threads()
     d = cfg.data
-    grid = d.image_size // d.encoder.patch
+    grid = grid_size(cfg)
     episodes = {s: load_npz(data, f"episodes_{s}.npz") for s in ("seen", "heldout")}
     demos = load_npz(data, "demos.npz")
     encoder = load_encoder(cfg, data)
+    random_actions = np.random.default_rng(cfg.seed)
     values: dict[str, float] = {}
     for split, scenes in episodes.items():
         values[f"probe/localisation_{split}"] = probe_localisation(encoder, scenes, grid)
-        values[f"expert/success_{split}"] = float(
-            rollout(cfg, None, scenes, act=lambda a, t: tabletop.expert_action(a, t, d.step_size)).mean()
+        values[f"expert/success_{split}"] = scripted_success(
+            cfg, scenes, lambda a, t: tabletop.expert_action(a, t, d.step_size)
+        )
+        values[f"random/success_{split}"] = scripted_success(
+            cfg, scenes, lambda a, t: random_actions.uniform(-1, 1, size=a.shape)
         )
     values["check/heldout_bc_targets"] = float(tabletop.is_heldout(demos["target_pair"], d.split).sum())
     reference = encoder.state_dict()
-    per_arm: dict[str, dict[str, list[float]]] = {arm: {"seen": [], "heldout": []} for arm in ARMS}
-    policies = {}
-    for k in range(cfg.n_seeds):
-        for arm in ARMS:
+    per_seed: dict[str, dict[str, list[float]]] = {arm: {"seen": [], "heldout": []} for arm in ARMS}
+    stats: dict[str, list[dict[str, float]]] = {}
+    first_policies = {}
+    for arm in ARMS:
+        unchanged = True
+        for k in range(cfg.n_seeds):
             policy = load_policy(cfg, artifacts.model_dir, arm, k)
-            policies.setdefault(arm, policy)
+            first_policies.setdefault(arm, policy)
             for split, scenes in episodes.items():
-                per_arm[arm][split].append(float(rollout(cfg, policy, scenes).mean()))
-            unchanged = all(torch.equal(v, policy.encoder.state_dict()[n]) for n, v in reference.items())
-            values[f"{arm}/encoder_unchanged"] = min(values.get(f"{arm}/encoder_unchanged", 1.0), float(unchanged))
-            if isinstance(policy, OtterPolicy):
-                values[f"{arm}/tau"] = float(policy.tau.detach())
-    for arm, splits in per_arm.items():
-        for split, rates in splits.items():
-            values[f"{arm}/success_{split}"] = float(np.mean(rates))
-            for k, rate in enumerate(rates):  # the claim's paired units: every arm shares seed k's init and batches
+                rate = success_rate(cfg, policy, scenes)
+                per_seed[arm][split].append(rate)
                 values[f"{arm}/seed{k}/success_{split}"] = rate
-        name = arm
-        values[f"{arm}/final_l1"] = float(artifacts.summary.get(f"{name}/final_l1", float("nan")))
+                if isinstance(policy, OtterPolicy):
+                    stats.setdefault(f"{arm}/{split}", []).append(selection_stats(policy, scenes, grid))
+            unchanged &= all(torch.equal(v, policy.encoder.state_dict()[n]) for n, v in reference.items())
+            if isinstance(policy, OtterPolicy):
+                values[f"{arm}/seed{k}/tau"] = float(policy.tau.detach())
+        values[f"{arm}/encoder_unchanged"] = float(unchanged)
+        for split, rates in per_seed[arm].items():
+            values[f"{arm}/success_{split}"] = float(np.mean(rates))
+        values[f"{arm}/heldout_over_seen"] = values[f"{arm}/success_heldout"] / max(values[f"{arm}/success_seen"], 1e-9)
+    for key, rows in stats.items():  # selection statistics, means over seeds
+        arm, split = key.split("/")
+        for name in rows[0]:
+            values[f"{arm}/selection_{name}_{split}"] = float(np.mean([r[name] for r in rows]))
+    values.update({k: v for k, v in artifacts.summary.items() if k.startswith("select/")})
+    selections = json.loads((Path(artifacts.model_dir) / "selection.json").read_text())
+    plot_dir = Path(out_dir) / "plots"
     figures = [
-        plot_success(values, out_dir / "plots" / "success.png"),
-        plot_attention(policies["method"], episodes, out_dir / "plots" / "attention.png"),
-        plot_curves(artifacts.history, out_dir / "plots" / "learning_curves.png"),
+        plots.plot_success(per_seed, plot_dir / "success.png"),
+        selected_patches_figure(cfg, first_policies, episodes, plot_dir / "selected_patches.png"),
+        plots.plot_curves(artifacts.history, list(ARMS), plot_dir / "learning_curves.png"),
+        plots.plot_selection(
+            {arm: s["table"] for arm, s in selections.items()},
+            {arm: s["chosen"] for arm, s in selections.items()},
+            plot_dir / "selection.png",
+        ),
     ]
     return Metrics(values, figures)
 
 
-def plot_success(values: dict[str, float], path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    labels = {"method": "OTTER (frozen)", "finetuned": "OTTER (encoder fine-tuned)", "baseline": "all tokens (frozen)"}
-    x = np.arange(len(ARMS))
-    for i, split in enumerate(("seen", "heldout")):
-        ax.bar(x + (i - 0.5) * 0.38, [values[f"{a}/success_{split}"] for a in ARMS], 0.38, label=f"{split} targets")
-    ax.set_xticks(x, [labels[a] for a in ARMS], fontsize=8)
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("closed-loop success rate")
-    ax.legend()
-    ax.set_title("Reaching the instructed object")
-    return plotting.save(fig, path)
-
-
 @torch.no_grad()
-def plot_attention(policy: OtterPolicy, episodes: dict[str, dict[str, np.ndarray]], path: Path) -> Path:
-    """Scenes with OTTER's per-word attention over the patches (seen and held-out targets)."""
-    plt = plotting.pyplot()
-    fig, axes = plt.subplots(2, 3, figsize=(7, 4.8))
-    grid = policy.encoder.grid
-    for row, split in enumerate(("seen", "heldout")):
-        scenes = episodes[split]
-        image = tabletop.draw_agent(scenes["background"][:1], scenes["agent"][:1])
-        tokens = tabletop.caption(scenes["pairs"][:1, 0])
-        _, _, weights = policy.select(torch.from_numpy(image), torch.from_numpy(tokens))
-        axes[row, 0].imshow(image[0])
-        axes[row, 0].set_title(f"{split}: " + " ".join(tabletop.WORDS[t] for t in tokens[0]), fontsize=8)
-        for j in range(2):
-            axes[row, j + 1].imshow(weights[0, j].reshape(grid, grid).numpy(), cmap="magma")
-            axes[row, j + 1].set_title(f"attention of '{tabletop.WORDS[tokens[0, j]]}'", fontsize=8)
-    for ax in axes.flat:
-        ax.set_xticks([])
-        ax.set_yticks([])
-    return plotting.save(fig, path)
-
-
-def plot_curves(history: dict[str, list[dict[str, float]]], path: Path) -> Path:
-    plt = plotting.pyplot()
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(8, 3.2))
-    pre = [r for r in history.get("pretrain", []) if "train/loss" in r]
-    ax0.plot([r["step"] for r in pre], [r["train/loss"] for r in pre])
-    ax0.set(title="contrastive pretraining", xlabel="step", ylabel="grounded loss")
-    for arm in ARMS:
-        rec = [r for r in history.get(arm, []) if "train/l1" in r]
-        ax1.plot([r["step"] for r in rec], [r["train/l1"] for r in rec], label=arm)
-    ax1.set(title="behaviour cloning", xlabel="step", ylabel="L1")
-    ax1.legend(fontsize=8)
-    return plotting.save(fig, path)
+def selected_patches_figure(
+    cfg: Config, policies: dict, episodes: dict[str, dict[str, np.ndarray]], path: Path
+) -> Path:
+    """The per-word selection of the frozen and the fine-tuned OTTER on the first 3 seen and 3 held-out scenes."""
+    grid = grid_size(cfg)
+    shown = {k: np.concatenate([episodes[s][k][:3] for s in ("seen", "heldout")]) for k in episodes["seen"]}
+    images, tokens = first_frames(shown)
+    weights = {
+        arm: policies[arm].select(torch.from_numpy(images), torch.from_numpy(tokens))[2].numpy()
+        for arm in ("method", "finetuned")
+    }
+    words = [[tabletop.WORDS[t] for t in row] for row in tokens]
+    captions = [f"{split}: {' '.join(w)}" for split, w in zip(["seen"] * 3 + ["held-out"] * 3, words)]
+    return plots.plot_selected_patches(images, captions, target_patch(shown, grid), weights, words, grid, path)
 
 
 # ----------------------------------------------------------------------------- claim
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """Three criteria on held-out-target success, each a mean over the paired behaviour-cloning seeds (every arm
-    shares seed k's head initialisation and batches) with its t-interval: OTTER >= 0.5, OTTER - fine-tuned-encoder
-    OTTER >= 0.2, OTTER - all-tokens head >= 0.3."""
+    """Four criteria over the paired behaviour-cloning seeds (every arm of a seed shares its head initialisation
+    and batches), each a mean with its t-interval: OTTER's held-out success >= 0.5, OTTER - fine-tuned >= 0.2,
+    OTTER - all-tokens >= 0.3 (held-out success), OTTER's held-out / seen success >= 0.8."""
     v = metrics.values
-    a_held, a_seen = v["method/success_heldout"], v["method/success_seen"]
-    b_held, c_held = v["finetuned/success_heldout"], v["baseline/success_heldout"]
-    figures = {
-        k: v[k]
-        for k in (
-            "method/success_seen",
-            "method/success_heldout",
-            "finetuned/success_seen",
-            "finetuned/success_heldout",
-            "baseline/success_seen",
-            "baseline/success_heldout",
-            "probe/localisation_seen",
-            "probe/localisation_heldout",
-            "method/tau",
-        )
-    }
-    figures["method_minus_finetuned_heldout"] = a_held - b_held
-    figures["method_minus_baseline_heldout"] = a_held - c_held
-    sanity = {
-        "expert_always_succeeds": v["expert/success_seen"] == 1.0 and v["expert/success_heldout"] == 1.0,
-        "no_heldout_bc_targets": v["check/heldout_bc_targets"] == 0.0,
-        "frozen_encoders_unchanged": v["method/encoder_unchanged"] == 1.0 and v["baseline/encoder_unchanged"] == 1.0,
-    }
-    if cfg.scale == Scale.default:
-        sanity["probe_localisation_heldout_ge_0.9"] = v["probe/localisation_heldout"] >= 0.9
-        sanity["method_seen_success_ge_0.8"] = a_seen >= 0.8
-        sanity["finetuned_encoder_changed"] = v["finetuned/encoder_unchanged"] == 0.0
 
-    def per_seed(arm: str) -> list[float]:
-        return [v[f"{arm}/seed{k}/success_heldout"] for k in range(cfg.n_seeds)]
+    def per_seed(arm: str, split: str = "heldout") -> np.ndarray:
+        return np.array([v[f"{arm}/seed{k}/success_{split}"] for k in range(cfg.n_seeds)])
 
     tol = 1e-9  # success rates are counts / n: 0.6 >= 0.4 + 0.2 must hold despite float round-off
-    units = f"paired BC seeds ({cfg.data.n_eval} held-out episodes each)"
+    units = f"paired BC seeds ({cfg.data.n_eval} episodes per split each)"
     criteria = [
         V.mean_criterion(
             "heldout_success",
-            "OTTER (frozen encoder) held-out-target success",
+            "OTTER (frozen encoder) success on held-out-colour targets",
             per_seed("method"),
             0.5 - tol,
             ">=",
@@ -521,7 +530,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         ),
         V.difference_criterion(
             "vs_finetuned_heldout",
-            "OTTER minus fine-tuned-encoder OTTER, held-out-target success",
+            "OTTER minus fine-tuned-encoder OTTER (encoder lr chosen on seen-target validation), held-out success",
             per_seed("method"),
             per_seed("finetuned"),
             0.2 - tol,
@@ -530,24 +539,78 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         ),
         V.difference_criterion(
             "vs_all_tokens_heldout",
-            "OTTER minus the all-tokens frozen head, held-out-target success",
+            "OTTER minus the all-tokens frozen head, held-out success",
             per_seed("method"),
             per_seed("baseline"),
             0.3 - tol,
             ">=",
             units=units,
         ),
+        V.mean_criterion(
+            "heldout_over_seen",
+            "OTTER's held-out / seen success (per seed)",
+            per_seed("method") / np.maximum(per_seed("method", "seen"), 1e-9),
+            0.8 - tol,
+            ">=",
+            units=units,
+        ),
     ]
+    figures: dict[str, float] = {}
+    for arm in ARMS:
+        for key in ("success_seen", "success_heldout", "heldout_over_seen"):
+            figures[f"{arm}/{key}"] = v[f"{arm}/{key}"]
+        for key in ("lr", "encoder_lr"):
+            if f"select/{arm}/{key}" in v:
+                figures[f"{arm}_chosen_{key}"] = v[f"select/{arm}/{key}"]
+        best_epochs = [v.get(f"select/{arm}/seed{k}/best_epoch") for k in range(cfg.n_seeds)]
+        if all(e is not None for e in best_epochs):
+            figures[f"{arm}_mean_best_epoch"] = float(np.mean(best_epochs))
+    for arm in ("method", "finetuned"):
+        for key in ("selection_target_mass_seen", "selection_target_mass_heldout", "selection_colour_word_hit_heldout"):
+            if f"{arm}/{key}" in v:
+                figures[f"{arm}/{key}"] = v[f"{arm}/{key}"]
+    figures["probe/localisation_heldout"] = v["probe/localisation_heldout"]
+    figures["random/success_seen"] = v["random/success_seen"]
+    figures["method_minus_finetuned_heldout"] = v["method/success_heldout"] - v["finetuned/success_heldout"]
+    figures["method_minus_baseline_heldout"] = v["method/success_heldout"] - v["baseline/success_heldout"]
+
+    sanity = {
+        "expert_always_succeeds": v["expert/success_seen"] == 1.0 and v["expert/success_heldout"] == 1.0,
+        "no_heldout_bc_targets": v["check/heldout_bc_targets"] == 0.0,
+        "frozen_encoders_unchanged": v["method/encoder_unchanged"] == 1.0 and v["baseline/encoder_unchanged"] == 1.0,
+    }
+    if cfg.scale != Scale.smoke:  # a few smoke steps need not learn anything
+        sanity[f"probe_localisation_heldout_ge_{PROBE_LOCALISATION:g}"] = (
+            v["probe/localisation_heldout"] >= PROBE_LOCALISATION
+        )
+        sanity[f"method_seen_success_ge_{METHOD_SEEN_SUCCESS:g}"] = v["method/success_seen"] >= METHOD_SEEN_SUCCESS
+        sanity["finetuned_encoder_changed"] = v["finetuned/encoder_unchanged"] == 0.0
+        for arm in ARMS:
+            check, passed = learns_task(arm, v[f"{arm}/success_seen"], LEARNS_TASK_SUCCESS)
+            sanity[check] = passed
+    chosen = "; ".join(
+        f"{arm} lr {v[f'select/{arm}/lr']:g}"
+        + (f", encoder lr {v[f'select/{arm}/encoder_lr']:g}" if f"select/{arm}/encoder_lr" in v else "")
+        for arm in ARMS
+        if f"select/{arm}/lr" in v
+    )
+    notes = (
+        "seen / held-out success (means over seeds): "
+        + "; ".join(
+            f"{plots.LABELS[arm]} {v[f'{arm}/success_seen']:.2f} / {v[f'{arm}/success_heldout']:.2f}" for arm in ARMS
+        )
+        + f". Chosen on seen-target validation: {chosen}. Intervals are over the {cfg.n_seeds} seed(s)."
+    )
     return ClaimResult(
         statement=(
-            "Held-out-target success of OTTER on the frozen encoder >= 0.5, >= the fine-tuned-encoder "
-            "OTTER + 0.2 and >= the all-tokens frozen head + 0.3 "
-            f"({cfg.n_seeds} seed(s), {cfg.data.n_eval} episodes per split, split '{cfg.data.split}')"
+            "On a frozen contrastively pretrained encoder, OTTER's text-aware selection generalises to an unseen "
+            "target colour: held-out success >= 0.5, >= the fine-tuned-encoder OTTER + 0.2 and >= the all-tokens "
+            "frozen head + 0.3, and >= 0.8 x its seen success "
+            f"(every arm's learning rates chosen on seen-target validation; {cfg.n_seeds} seed(s), "
+            f"{cfg.data.n_eval} episodes per split, split '{cfg.data.split}')"
         ),
         criteria=criteria,
         sanity=sanity,
         figures=figures,
-        notes=f"OTTER seen {a_seen:.2f} / held-out {a_held:.2f}; fine-tuned {v['finetuned/success_seen']:.2f} / {b_held:.2f}; "
-        f"all-tokens {v['baseline/success_seen']:.2f} / {c_held:.2f} (means over {cfg.n_seeds} seed(s)); "
-        "intervals are over the seeds, not the episodes (seed-to-seed spread dominates the episode noise)",
+        notes=notes,
     )
