@@ -109,28 +109,28 @@ def _method_task(slug: str, scale: Scale, overrides: list[str] | None) -> dict:
     return method_pipeline.fn(slug, scale, overrides)
 
 
-# Default-scale wall times through the flow on the project's 2-core machine (README, clean-clone make run):
+# Default-scale CPU times of each method (measured one at a time on the project's 2-core machine):
 # the parallel runner starts the longest first, so two workers do not end on one long method alone.
-MEASURED_DEFAULT_SECONDS = {
-    "sdp": 389,
-    "otter": 226,
-    "hpde_gnn": 175,
-    "ars": 86,
-    "win_rate": 84,
-    "ibmd": 80,
-    "unhippo": 67,
-    "bnn_linf": 64,
-    "score_fusion": 57,
-    "self_ref": 53,
-    "sdcib": 49,
-    "sbg": 44,
-    "sta": 44,
-    "pag_cert": 29,
-    "zo_natural": 25,
-    "fair_icp": 20,
-    "kernel_sgd": 18,
+MEASURED_DEFAULT_SECONDS = {  # CPU seconds of one default run (2026-12-02, after the real-data rebuild)
+    "hpde_gnn": 200,
+    "sdp": 180,
+    "self_ref": 140,
+    "otter": 126,
+    "ibmd": 125,
+    "ars": 118,
+    "sta": 116,
+    "score_fusion": 105,
+    "pag_cert": 87,
+    "ppd_snr": 87,
+    "unhippo": 85,
+    "bnn_linf": 84,
+    "zo_natural": 81,
+    "sdcib": 73,
+    "fair_icp": 67,
+    "sbg": 60,
+    "win_rate": 34,
+    "kernel_sgd": 26,
     "sleeping_rl": 16,
-    "ppd_snr": 16,
 }
 
 
