@@ -1,5 +1,6 @@
 """Hyperbolic-PDE GNN (ICML 2025): polynomial spectral GNNs vs their wave-equation (leapfrog) versions on the real
-benchmark graphs (Cora, Citeseer, Chameleon, Texas, ...), with a CSBM homophily sweep as a secondary figure."""
+benchmark graphs (Cora, Citeseer, Chameleon, Texas, ...), with a CSBM homophily sweep as a secondary
+figure (paper scale, or ``data.csbm_sweep=true``)."""
 
 from models.base import MethodSpec
 

@@ -77,8 +77,14 @@ def propagate(operator: Tensor, x: Tensor) -> Tensor:
 
 
 def combine(basis: list[Tensor], weights: Tensor) -> Tensor:
-    """sum_k weights[s, k] * basis[k][:, s, :]: per-member coefficients over (nodes, members, channels) terms."""
-    return torch.einsum("knsc,sk->nsc", torch.stack(basis), weights)
+    """sum_k weights[s, k] * basis[k][:, s, :]: per-member coefficients over (nodes, members, channels) terms.
+
+    A running sum of broadcast products: ~3x cheaper on CPU (forward and backward) than einsum over the stacked
+    basis, which copies every term into a permuted layout for a bmm with a contraction of length K + 1."""
+    out = basis[0] * weights[:, 0, None]
+    for k in range(1, len(basis)):
+        out = out + basis[k] * weights[:, k, None]
+    return out
 
 
 def as_operators(graph: Tensor | GraphOperators, num_nodes: int, dtype: torch.dtype) -> GraphOperators:
@@ -117,6 +123,18 @@ class SparseFeatures:
     def dense(self) -> Tensor:
         return torch.from_numpy(self.matrix.toarray())
 
+    def _plain(self) -> Tensor:
+        """X as a torch CSR tensor, built once."""
+        if not hasattr(self, "_csr_matrix"):
+            m = self.matrix
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                self._csr_matrix = torch.sparse_csr_tensor(
+                    torch.from_numpy(m.indptr.astype(np.int64)), torch.from_numpy(m.indices.astype(np.int64)),
+                    torch.from_numpy(m.data.astype(np.float32)), self.shape,
+                )  # fmt: skip
+        return self._csr_matrix
+
     def _stack(self, members: int):
         """Index arrays of diag(X, .., X) (members copies) and of its transpose, built once per member count."""
         if members not in self._stacks:
@@ -140,6 +158,11 @@ class SparseFeatures:
         """(nodes, members, out) = dropout_p(X) @ weight[s] for every member s of ``weight`` (members, in, out);
         ``p`` is one rate or one per member."""
         members, _, out = weight.shape
+        if not training and not (torch.is_grad_enabled() and weight.requires_grad):
+            # No dropout: every member sees the same X, so one product with the side-by-side weights [W_1 .. W_S]
+            # reads X once instead of S times (validation runs every epoch).
+            side_by_side = weight.permute(1, 0, 2).reshape(self.shape[1], members * out)
+            return (self._plain() @ side_by_side).reshape(self.shape[0], members, out)
         crow, col, values, t_crow, t_col, t_order, shape = self._stack(members)
         if training:
             rate = member_rates(p, members).repeat_interleave(self.nnz)  # block s holds member s's copy of X
