@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.paperline-installed
+# make test: pytest-xdist workers (one per core here); all tests of one method share a worker.
+TEST_WORKERS ?= 2
 # DVC stages call `paperline ...`: the venv's scripts must be on PATH for them.
 export PATH := $(abspath $(BIN)):$(PATH)
 export PAPERLINE_ROOT := $(abspath .)
@@ -37,7 +39,7 @@ browser:
 test: install browser
 	$(BIN)/ruff format --check --quiet . || { echo 'run `.venv/bin/ruff format .` to format'; exit 1; }
 	$(BIN)/ruff check --quiet .
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 fix: install
 	$(BIN)/ruff format --quiet . && $(BIN)/ruff check --fix --quiet .

@@ -47,17 +47,17 @@ def _validate_run(args: argparse.Namespace):
     from models.registry import get, names
     from tasks.config import build_config, config_from_params, parse_overrides
 
-    if args.all and args.method:
-        raise ValueError("give a method name or --all, not both")
-    if not args.all and not args.method:
+    if args.all and args.methods:
+        raise ValueError("give method names or --all, not both")
+    if not args.all and not args.methods:
         raise ValueError(f"name a method or use --all; methods: {', '.join(names())}")
-    methods = names() if args.all else [args.method]
+    methods = names() if args.all else list(dict.fromkeys(args.methods))
     specs = [get(m) for m in methods]
     overrides = parse_overrides(args.set or [])
-    if args.all and overrides:
+    if len(specs) > 1 and overrides:
         raise ValueError("--set applies to one method; use `paperline run METHOD --set ...`")
-    if args.runner != "sequential" and not args.all:
-        raise ValueError("--runner dask runs several methods in parallel; use it with --all")
+    if args.runner != "sequential" and len(specs) < 2:
+        raise ValueError("--runner dask runs several methods in parallel; name two or more, or use --all")
     if args.workers < 1:
         raise ValueError(f"--workers {args.workers}: expected at least 1")
     from models.common import runtime
@@ -107,7 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     shared = servers.shared_temporary_prefect(temporary) if temporary is not None else contextlib.nullcontext()
     try:
         with _terminate_as_exit(), shared:
-            if args.all:
+            if len(methods) > 1:
                 results = all_methods(
                     methods,
                     Scale(args.scale),
@@ -384,8 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="as a markdown table (the README's)")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser("run", help="run one method (or --all) through the Prefect flow, tracked in MLflow")
-    p.add_argument("method", nargs="?", help="method slug (see `paperline list`)")
+    p = sub.add_parser("run", help="run one method (several, or --all) through the Prefect flow, tracked in MLflow")
+    p.add_argument("methods", nargs="*", metavar="METHOD", help="method slug(s) (see `paperline list`)")
     p.add_argument("--all", action="store_true", help="every registered method")
     p.add_argument("--scale", default="default", help="smoke | default | paper (default: default)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE", help="config override, repeatable (dotted keys)")
@@ -393,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--runner",
         choices=["sequential", "dask"],
         default="sequential",
-        help="with --all: one method after another, or in parallel on Dask (default: sequential)",
+        help="with several methods or --all: one after another, or in parallel on Dask (default: sequential)",
     )
     p.add_argument("--dask-address", default=None, help="scheduler of a running Dask cluster (default: a local one)")
     p.add_argument("--workers", type=int, default=2, help="local Dask worker processes (default: 2)")

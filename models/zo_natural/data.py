@@ -14,7 +14,6 @@ x -> -x symmetry that an intensity read-out of an odd network would otherwise ha
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 
 import numpy as np
@@ -30,22 +29,6 @@ IDX_FILES = {
     "x_test": "t10k-images-idx3-ubyte",
     "y_test": "t10k-labels-idx1-ubyte",
 }
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-
-
-def read_idx(path: Path) -> np.ndarray:
-    """One IDX file (the format torchvision reads for MNIST/FMNIST), plain or gzipped."""
-    raw = Path(path).read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_DTYPES:
-        raise ValueError(f"{path}: not an IDX file (bad magic number {raw[:4].hex()})")
-    ndim = raw[3]
-    shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    data = np.frombuffer(raw, dtype=np.dtype(_IDX_DTYPES[raw[2]]), offset=4 + 4 * ndim)
-    if data.size != int(np.prod(shape)):
-        raise ValueError(f"{path}: header says {shape} but holds {data.size} values")
-    return data.reshape(shape)
 
 
 def load_idx_dir(folder: Path) -> dict[str, np.ndarray]:
@@ -57,7 +40,7 @@ def load_idx_dir(folder: Path) -> dict[str, np.ndarray]:
         path = next((p for p in candidates if p.is_file()), None)
         if path is None:
             raise FileNotFoundError(f"{folder}: missing {stem}[.gz] (MNIST/FMNIST IDX format expected)")
-        array = read_idx(path)
+        array = image_sets.read_idx(path)
         if key.startswith("x"):
             out[key] = array.reshape(len(array), -1).astype(np.float64) / 255.0
         else:

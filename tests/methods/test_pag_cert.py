@@ -298,7 +298,7 @@ def test_mnist_idx_loader_reads_the_official_layout_and_prepare_accepts_it(tmp_p
     x, y = prepared.images(1, "pool", 14)
     assert x.shape == (100, 196) and 0 <= float(x.min()) and float(x.max()) <= 1
     (folder / "MNIST" / "raw" / "t10k-labels-idx1-ubyte").write_bytes(b"\x01\x02\x03\x04")
-    with pytest.raises(ValueError, match="not an idx file"):
+    with pytest.raises(ValueError, match="not an IDX file"):
         images.load_mnist_idx(folder)
 
 

@@ -13,6 +13,7 @@ import torch
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
 from models.base import Metrics, ValidationError  # noqa: E402
+from models.common.image_sets import read_idx  # noqa: E402
 from models.common.raw_data import RawDataError  # noqa: E402
 from models.zo_natural import SPEC  # noqa: E402
 from models.zo_natural.algorithm import (  # noqa: E402
@@ -26,7 +27,7 @@ from models.zo_natural.algorithm import (  # noqa: E402
     zo_gradient,
 )
 from models.zo_natural.config import ChipConfig, Config  # noqa: E402
-from models.zo_natural.data import hold_out_validation, load, load_idx_dir, prepare, read_idx  # noqa: E402
+from models.zo_natural.data import hold_out_validation, load, load_idx_dir, prepare  # noqa: E402
 from models.zo_natural.networks import ChipNetwork, MeshONN, MLPNet  # noqa: E402
 
 torch.set_num_threads(1)

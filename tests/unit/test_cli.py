@@ -28,6 +28,9 @@ def paperline(*args, root=None, check_empty=True, extra_env=None):
         (["run", SLUG, "--set", "seed"], "bad override 'seed': expected key=value"),
         (["run", SLUG, "--scale", "huge"], "unknown scale 'huge'"),
         (["run"], "name a method or use --all"),
+        (["run", SLUG, "--all"], "give method names or --all, not both"),
+        (["run", SLUG, "nosuch"], "unknown method 'nosuch'"),
+        (["run", SLUG, "--runner", "dask"], "name two or more, or use --all"),
         (["stage", "train", "nosuch"], "unknown method 'nosuch'"),
     ],
 )

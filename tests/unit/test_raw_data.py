@@ -81,3 +81,27 @@ def test_numpy_only_unpickler_refuses_other_classes():
     assert np.array_equal(loaded[0], arrays[0]) and loaded[1].tolist() == [1, 2]
     with pytest.raises(raw_data.RawDataError, match="refusing to unpickle posix.system"):
         load_numpy_pickle(pickle.dumps(os.system))
+
+
+def _idx_bytes(array, code: int) -> bytes:
+    header = bytes([0, 0, code, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    return header + array.tobytes()
+
+
+def test_one_idx_parser_reads_every_dtype_plain_or_gzipped_and_names_a_bad_file(tmp_path):
+    import gzip
+
+    import numpy as np
+
+    from models.common.image_sets import parse_idx, read_idx
+
+    images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    floats = np.linspace(-1, 1, 6).astype(">f4").reshape(3, 2)
+    assert np.array_equal(parse_idx(_idx_bytes(images, 0x08), "x"), images)
+    assert np.array_equal(parse_idx(gzip.compress(_idx_bytes(floats, 0x0D)), "x"), floats)
+    (tmp_path / "labels.gz").write_bytes(gzip.compress(_idx_bytes(np.array([7, 1], np.uint8), 0x08)))
+    assert read_idx(tmp_path / "labels.gz").tolist() == [7, 1]
+    with pytest.raises(ValueError, match=r"bad.idx: not an IDX file \(bad magic number 504b0304\)"):
+        parse_idx(b"PK\x03\x04rest", "bad.idx")
+    with pytest.raises(ValueError, match=r"short.idx: header says \(2, 3, 4\) but holds 23 values"):
+        parse_idx(_idx_bytes(images, 0x08)[:-1], "short.idx")

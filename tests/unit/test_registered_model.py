@@ -51,3 +51,16 @@ def test_the_wrapper_refuses_a_wrong_shape_a_float_and_text():
     with pytest.raises(TypeError, match="numeric array, not dtype <U1"):
         served.predict(None, np.array([["a", "b", "c"]]))
     assert _policy().predict(np.array([[0, 1], [2, 1], [0, 0]])).shape == (2,)  # what the checks prevent
+
+
+def test_logged_requirements_are_this_environments_pins():
+    """publish skips MLflow's installed-package scan, so the pins it logs must be the installed ones."""
+    from importlib.metadata import version
+
+    from packaging.requirements import Requirement
+
+    from tasks.tracking import PIP_REQUIREMENTS
+
+    for line in PIP_REQUIREMENTS:
+        req = Requirement(line)
+        assert req.specifier.contains(version(req.name), prereleases=True), (line, version(req.name))
