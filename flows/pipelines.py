@@ -118,7 +118,7 @@ MEASURED_DEFAULT_SECONDS = {  # CPU seconds of one default run (2026-12-02, afte
     "otter": 126,
     "ibmd": 125,
     "ars": 118,
-    "sta": 116,
+    "sta": 75,
     "score_fusion": 105,
     "pag_cert": 87,
     "ppd_snr": 87,

@@ -74,9 +74,12 @@ class ModelConfig(StrictModel):
     # DiT's 4 x 4 x 4 tiles each covers 9/64 = 14.1 % of the keys (the paper: 9-15 %), while (3,3,3)
     # would be 42 %.
     windows: tuple[Triple, ...] = ((1, 3, 3), (3, 1, 3), (3, 3, 1))
-    # PyTorch STA path used for training and evaluation: masked SDPA (dense cost, exact) or
-    # FlexAttention with the STA BlockMask (eager on CPU, compiled on a GPU).
-    backend: Literal["sdpa", "flex"] = "sdpa"
+    # PyTorch STA path used for training and evaluation: "gather" (each query tile attends only its
+    # window's key tiles, gathered: exact, at the mask's cost; on a CPU ~1.6x cheaper per DiT training
+    # step and ~3.5x per evaluation forward than masked SDPA; every head's window needs one volume),
+    # "sdpa" (boolean token mask: exact, dense cost) or "flex" (FlexAttention with the STA BlockMask;
+    # eager on CPU, compiled on a GPU).
+    backend: Literal["gather", "sdpa", "flex"] = "gather"
     # What the network outputs: the clean video "x" (trains far faster for a 48-wide model on
     # 96-value patches) or the velocity "v" (HunyuanVideo / Wan). Training loss: MSE on that output.
     prediction: Literal["x", "v"] = "x"
@@ -272,6 +275,11 @@ class Config(MethodConfig):
             )
         for w in self.model.windows:
             _check_window(w, self.canvas, self.model.tile, "model.windows")
+        if self.model.backend == "gather" and len({math.prod(w) for w in self.model.windows}) > 1:
+            raise ValueError(
+                f"model.windows {self.model.windows}: backend 'gather' needs one window volume for every head "
+                "(give equal-volume windows, or use backend 'sdpa')"
+            )
         for w in self.eval.sweep_windows:
             _check_window(w, self.canvas, self.model.tile, "eval.sweep_windows")
         return self

@@ -10,9 +10,11 @@ faster); ``denoise`` and ``velocity`` convert between the two.
 
 Attention paths (``set_attention``), each with one window for every head or one window per head:
   dense    scaled_dot_product_attention, no mask;
-  sta      the STA mask through ``backend``: "sdpa" (boolean token mask; dense cost, exact, used to
-           train on CPU), "flex" (FlexAttention with the STA BlockMask; compiled on a GPU) or
-           "triton" (the project's kernel, forward only; tiles need >= 16 tokens);
+  sta      the STA mask through ``backend``: "gather" (each query tile attends its window's gathered
+           key tiles only: the mask's cost, exact; used to train and evaluate on CPU), "sdpa" (boolean
+           token mask; dense cost, exact: the reference the gathered path is checked against), "flex"
+           (FlexAttention with the STA BlockMask; compiled on a GPU) or "triton" (the project's kernel,
+           forward only; tiles need >= 16 tokens);
   swa      token-level sliding window (NATTEN-style) of given token windows, via masked SDPA.
 """
 
@@ -26,7 +28,17 @@ from torch import nn
 
 from models.common.triton_mode import import_kernel
 
-from .masks import Canvas, same_reach_token_window, sta_block_mask, sta_token_mask, swa_token_mask, tile, untile
+from .masks import (
+    Canvas,
+    same_reach_token_window,
+    sta_block_mask,
+    sta_key_tiles,
+    sta_tile_attention,
+    sta_token_mask,
+    swa_token_mask,
+    tile,
+    untile,
+)
 
 TILE_ONLY = (1, 1, 1)  # the too-local window: every query tile attends its own tile only
 
@@ -106,7 +118,7 @@ class VideoDiT(nn.Module):
         mlp_ratio: float,
         tile_size,
         windows,
-        backend: str = "sdpa",
+        backend: str = "gather",
         prediction: str = "x",
     ) -> None:
         super().__init__()
@@ -146,15 +158,17 @@ class VideoDiT(nn.Module):
         switch."""
         self.kind, self.windows = kind, None
         self.path = backend or self.backend
-        self._mask = self._block_mask = None
+        self._mask = self._block_mask = self._key_tiles = None
         if kind == "sta":
             self.windows = self.per_head(windows or self.sta_windows)
-            if self.path == "sdpa":
+            if self.path == "gather":
+                self._key_tiles = sta_key_tiles(self.canvas, self.windows, self.heads)
+            elif self.path == "sdpa":
                 self._mask = torch.stack([sta_token_mask(self.canvas, w) for w in self.windows])
             elif self.path == "flex":
                 self._block_mask = sta_block_mask(self.canvas, self.windows, self.heads)
             elif self.path != "triton":
-                raise ValueError(f"unknown STA backend {self.path!r}: sdpa, flex or triton")
+                raise ValueError(f"unknown STA backend {self.path!r}: gather, sdpa, flex or triton")
         elif kind == "swa":
             reach = self.per_head(windows or self.sta_windows)
             rows = token_windows or [same_reach_token_window(self.canvas, w) for w in reach]
@@ -167,6 +181,8 @@ class VideoDiT(nn.Module):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         if self.kind == "dense":
             return F.scaled_dot_product_attention(q, k, v)
+        if self._key_tiles is not None:
+            return sta_tile_attention(q, k, v, self._key_tiles)
         if self._mask is not None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=self._mask.to(q.device))
         if self.path == "flex":
@@ -176,7 +192,7 @@ class VideoDiT(nn.Module):
                 self._block_mask = self._block_mask.to(q.device)
             return flex_sta_attention(q, k, v, self._block_mask, compiled=q.is_cuda)
         if torch.is_grad_enabled() and q.requires_grad:
-            raise RuntimeError("the Triton STA kernel is forward-only; train with backend 'sdpa' or 'flex'")
+            raise RuntimeError("the Triton STA kernel is forward-only; train with backend 'gather', 'sdpa' or 'flex'")
         return load_kernel().sta_attention(q, k, v, self.canvas, self.windows)
 
     # -- rectified flow ---------------------------------------------------------------------------

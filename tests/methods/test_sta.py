@@ -281,6 +281,60 @@ def test_dit_per_head_windows_are_each_heads_own_mask():
         net.set_attention("sta", ((1, 1, 1),) * 3)
 
 
+@pytest.mark.parametrize(
+    "size, tile, windows",
+    [
+        ((4, 8, 8), (1, 2, 2), [(1, 3, 3), (3, 1, 3), (3, 3, 1)]),  # the default DiT's canvas and windows
+        ((4, 8, 8), (1, 2, 2), [(1, 1, 1)]),  # tile-only
+        ((2, 12, 20), (2, 4, 4), [(1, 3, 1), (1, 1, 3)]),  # clamping on a 3- and a 5-tile axis
+    ],
+)
+def test_gathered_tiles_equal_the_masked_reference_forward_and_backward(size, tile, windows):
+    canvas = M.Canvas(size, tile)
+    heads = len(windows)
+    key_tiles = M.sta_key_tiles(canvas, windows, heads)
+    assert key_tiles.shape == (heads, canvas.n_tiles, math.prod(windows[0]))
+    for h, w in enumerate(windows):  # row q lists exactly the key tiles the mask allows, ascending
+        allowed = M.sta_tile_mask(canvas, w)
+        assert all(torch.equal(allowed[q].nonzero()[:, 0], key_tiles[h, q]) for q in range(canvas.n_tiles))
+    g = torch.Generator().manual_seed(0)
+    qkv = [torch.randn(2, heads, canvas.tokens, 16, generator=g, requires_grad=True) for _ in range(3)]
+    weight = torch.randn(2, heads, canvas.tokens, 16, generator=g)
+    fast = M.sta_tile_attention(*qkv, key_tiles)
+    fast_grads = torch.autograd.grad((fast * weight).sum(), qkv)
+    masks = torch.stack([M.sta_token_mask(canvas, w) for w in windows])
+    ref = torch.nn.functional.scaled_dot_product_attention(*qkv, attn_mask=masks)
+    ref_grads = torch.autograd.grad((ref * weight).sum(), qkv)
+    assert (fast - ref).abs().max() < 1e-5
+    assert all((a - b).abs().max() < 1e-5 for a, b in zip(fast_grads, ref_grads))
+
+
+def test_gathered_path_trains_like_masked_sdpa_and_needs_one_window_volume():
+    cfg = Config.for_scale("default")
+    assert cfg.model.backend == "gather"
+    from models.sta.networks import build_dit
+    from models.sta.training import flow_loss
+
+    torch.manual_seed(0)
+    net = build_dit(cfg)
+    for p in net.parameters():  # leave adaLN-Zero's identity start so that attention matters
+        torch.nn.init.normal_(p, std=0.05)
+    x = torch.randn(2, 3, cfg.data.frames, cfg.data.size, cfg.data.size)
+    t, noise = torch.tensor([0.3, 0.8]), torch.randn_like(x)
+    grads = {}
+    for backend in ("gather", "sdpa"):
+        net.set_attention("sta", backend=backend)
+        net.zero_grad()
+        flow_loss(net, x, t, noise).backward()
+        grads[backend] = torch.cat([p.grad.flatten() for p in net.parameters()])
+    assert (grads["gather"] - grads["sdpa"]).abs().max() < 1e-5 * grads["sdpa"].abs().max()
+    with pytest.raises(ValueError, match="volume"):
+        net.set_attention("sta", ((1, 1, 1), (3, 1, 3), (3, 3, 1)))
+    with pytest.raises(ValidationError, match="one window volume"):
+        Config.for_scale("default", {"model.windows": ((1, 1, 1), (3, 1, 3), (3, 3, 1))})
+    assert Config.for_scale("default", {"model.windows": ((1, 1, 1), (3, 1, 3), (3, 3, 1)), "model.backend": "sdpa"})
+
+
 def test_default_dit_density_is_the_papers_and_tile_only_sees_one_tile():
     from models.sta.pipeline import sta_density
 
