@@ -11,40 +11,61 @@ from torch.nn import functional as F
 
 
 class EnsembleLinear(nn.Module):
-    """E independent affine maps applied as one batched matmul: x [E, B, in] -> [E, B, out]."""
+    """E independent affine maps applied as one batched matmul: x [E, B, in] -> [E, B, out].
 
-    def __init__(self, n_members: int, d_in: int, d_out: int):
+    With ``heads=H`` every member holds H maps (weight [E, H, in, out]) applied to the same input in the
+    same matmul: x [E, B, in] -> [E * H, B, out], head-major within a member (the twin critics)."""
+
+    def __init__(self, n_members: int, d_in: int, d_out: int, heads: int | None = None):
         super().__init__()
-        self.weight = nn.Parameter(torch.empty(n_members, d_in, d_out))
-        self.bias = nn.Parameter(torch.empty(n_members, 1, d_out))
-        for e in range(n_members):
-            self.reset_member(e)
+        shape = (n_members,) if heads is None else (n_members, heads)
+        self.weight = nn.Parameter(torch.empty(*shape, d_in, d_out))
+        self.bias = nn.Parameter(torch.empty(*shape, 1, d_out))
+        if heads is None:
+            for e in range(n_members):
+                self.reset_member(e)
 
     @torch.no_grad()
-    def reset_member(self, e: int) -> None:
-        bound = 1.0 / math.sqrt(self.weight.shape[1])  # nn.Linear's default initialisation
-        self.weight[e].uniform_(-bound, bound)
-        self.bias[e].uniform_(-bound, bound)
+    def reset_member(self, e: int, head: int | None = None) -> None:
+        bound = 1.0 / math.sqrt(self.weight.shape[-2])  # nn.Linear's default initialisation
+        rows = (e,) if head is None else (e, head)
+        self.weight[rows].uniform_(-bound, bound)
+        self.bias[rows].uniform_(-bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.baddbmm(self.bias, x, self.weight)
+    def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        """``detach``: the weights as constants (gradients flow to ``x`` only)."""
+        weight, bias = (self.weight.detach(), self.bias.detach()) if detach else (self.weight, self.bias)
+        if weight.dim() == 4:  # heads: one [E * H] batch of matmuls
+            weight, bias = weight.flatten(0, 1), bias.flatten(0, 1)
+        return torch.baddbmm(bias, x, weight)
 
 
 class EnsembleMLP(nn.Module):
-    def __init__(self, n_members: int, d_in: int, hidden: tuple[int, ...], d_out: int, activation=F.relu):
+    """E independent MLPs (``heads=H``: H per member sharing the input; output [E * H, B, d_out])."""
+
+    def __init__(self, n_members: int, d_in: int, hidden: tuple[int, ...], d_out: int, activation=F.relu, heads=None):
         super().__init__()
         sizes = (d_in, *hidden, d_out)
-        self.layers = nn.ModuleList(EnsembleLinear(n_members, a, b) for a, b in zip(sizes[:-1], sizes[1:]))
-        self.activation = activation
+        self.layers = nn.ModuleList(EnsembleLinear(n_members, a, b, heads) for a, b in zip(sizes[:-1], sizes[1:]))
+        self.stack = list(self.layers)  # plain list: slicing a ModuleList builds a new module on every call
+        self.activation, self.heads = activation, heads
+        if heads is not None:  # the draw order of separate MLPs: head by head, layer by layer, member by member
+            for head in range(heads):
+                for layer in self.stack:
+                    for e in range(n_members):
+                        layer.reset_member(e, head)
 
     def reset_member(self, e: int) -> None:
-        for layer in self.layers:
-            layer.reset_member(e)
+        for head in [None] if self.heads is None else range(self.heads):
+            for layer in self.stack:
+                layer.reset_member(e, head)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers[:-1]:
-            x = self.activation(layer(x))
-        return self.layers[-1](x)
+    def forward(self, x: torch.Tensor, detach: bool = False) -> torch.Tensor:
+        if self.heads is not None:  # [E, B, in] -> [E * H, B, in]: every head sees its member's input
+            x = x.unsqueeze(1).expand(-1, self.heads, -1, -1).flatten(0, 1)
+        for layer in self.stack[:-1]:
+            x = self.activation(layer(x, detach))
+        return self.stack[-1](x, detach)
 
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # the paper's code floors log-std at -5
@@ -88,15 +109,18 @@ class Actor(nn.Module):
 
 
 class TwinCritic(nn.Module):
+    """Q1 and Q2 of every member as two heads of one ensemble: one batched matmul per layer for both (the
+    same numbers as two separate MLPs, initialised in the same order: all of Q1, then all of Q2)."""
+
     def __init__(self, n_members: int, obs_dim: int, act_dim: int, hidden: tuple[int, ...]):
         super().__init__()
-        self.q1 = EnsembleMLP(n_members, obs_dim + act_dim, hidden, 1)
-        self.q2 = EnsembleMLP(n_members, obs_dim + act_dim, hidden, 1)
+        self.n_members = n_members
+        self.q = EnsembleMLP(n_members, obs_dim + act_dim, hidden, 1, heads=2)
 
     def reset_member(self, e: int) -> None:
-        self.q1.reset_member(e)
-        self.q2.reset_member(e)
+        self.q.reset_member(e)
 
-    def forward(self, obs, act) -> tuple[torch.Tensor, torch.Tensor]:
-        x = torch.cat([obs, act], dim=-1)
-        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+    def forward(self, obs, act, detach: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Q1, Q2 [E, B]; ``detach``: gradients flow to ``act`` only (the actor loss)."""
+        q = self.q(torch.cat([obs, act], dim=-1), detach).view(self.n_members, 2, -1)
+        return q[:, 0], q[:, 1]

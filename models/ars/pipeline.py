@@ -37,15 +37,23 @@ Deliberate deviations (and why):
   parameters *and* optimiser states, masked catch-up updates and per-member early stopping; Lightning's
   epoch/dataloader model adds nothing here. All members are one batched ensemble with a per-member Adam
   (moments, step counts and learning rates per member) so a reset gives a truly fresh optimiser.
-- Budget (default ~90 s of one core): toy 5,000 rounds, T_init 500, one reset at 2,500 with 200 catch-up updates
-  (paper: 2M steps, 4 resets, 1,000 catch-up), 2x32 MLPs at batch 32 per task (the prototype's 2x128 at 64:
-  30 members x 4,500 updates at 2x64 cost ~3x the budget on one core; measured 47 ms vs 13 ms per round for
-  36 members), 3 paired seeds, lr grid {1e-3, 3e-4}; arm (d) only at paper scale. Meta-World: MT3 with arms
-  ARS and MT-SAC, 1,000 random + 1,500 SAC steps per task, one reset at step 2,000 with 50 catch-up updates,
-  2x64 MLPs at batch 32 per task (paper: 4x400, tanh + LayerNorm critics, batch 100): metaworld's own
-  step (its Python contact scan in push/pick-place) costs ~1.5 ms of CPU, so 15,000 env steps are ~20 s. Smoke uses 100-step
-  Meta-World episodes (default keeps 500). Critics here are ReLU MLPs without LayerNorm. At this budget
-  Meta-World success is not expected; that run checks machinery and imbalance and draws the curves.
+- Budget (default 66-79 s of one core, by machine load: prepare 15-23 s, train 49-55 s, evaluate ~2 s; it was
+  110-118 s before the exact speed-ups listed next, which left every number bit-identical): toy 5,000
+  rounds, T_init 500, one reset at 2,500 with 200 catch-up updates (paper: 2M steps, 4 resets, 1,000
+  catch-up), 2x32 MLPs at batch 32 per task (the prototype's 2x128 at 64: 30 members x 4,500 updates at
+  2x64 cost ~3x the budget on one core; measured 47 ms vs 13 ms per round for 36 members), 3 paired seeds,
+  lr grid {1e-3, 3e-4}; arm (d) only at paper scale. Meta-World: MT3 with arms ARS and MT-SAC, 1,000
+  random + 1,500 SAC steps per task, one reset at step 2,000 with 50 catch-up updates, 2x64 MLPs at batch
+  32 per task (paper: 4x400, tanh + LayerNorm critics, batch 100). Smoke uses 100-step Meta-World episodes
+  (default keeps 500). Critics here are ReLU MLPs without LayerNorm. At this budget Meta-World success is
+  not expected; that run checks machinery and imbalance and draws the curves.
+- Exact speed-ups (the same arithmetic, tested equal): metaworld's step spent ~60 % of its ~1.4 ms in
+  scipy's ``Rotation.from_matrix`` (the object's quaternion in the observation) and in a Python loop over
+  every MuJoCo contact (``touching_object``); ``data.speed_up_env`` replaces both per env instance with
+  bit-identical scalar / array-mask versions (~0.45 ms a step). The twin critics are two heads of one
+  ensemble (one batched matmul per layer for Q1 and Q2), the actor loss reads the critic with detached
+  weights instead of toggling ``requires_grad``, Adam and the Polyak update are fused ``torch._foreach_*``
+  ops, and a replay batch is one gather from packed rows.
 - Toy floor: Eq. (6)'s 0.01 floor is in reward units (Meta-World rewards are 0..10). A random policy's mean
   per-step reward on the toy is ~1.2e-3 * kappa_i (simulated, 2e5 episodes), so 0.01 would floor every task
   and give c_i = 0.12 for all (no scaling at all); the toy uses 1e-9 (``toy.scaling.floor``). Meta-World
