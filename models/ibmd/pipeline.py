@@ -43,12 +43,16 @@ Deliberate deviations and choices (all [inferred] in the brief unless stated):
 * Convergence of the teacher (the review found the 3000-step constant-lr teacher, EMA 0.999,
   too bimodal: 0.82 vs the truth's 0.754): a cosine decay to 0 and EMA 0.99 reach the converged
   sampler within ~2000 steps at batch 256 (a pilot of the old constant-lr, EMA-0.999 recipe needed
-  ~6000 steps); the training log shows the NFE-100 bimodal fraction per validation of the first seed.
+  ~6000 steps); the training log shows the NFE-100 bimodal fraction per validation of the first seed's
+  chosen teacher (computed after the lr selection from the EMA weights kept at every validation).
 * Detach: x_t in the generator loss is drawn with x0 detached (the one-step I2SB path); the
   multi-step student and the DDBM variant are not implemented (the claim is at NFE 1).
-* Sizes: teacher <= 2000 steps at batch 256; IBMD <= 400 generator steps x 5 fake steps at batch
-  128 (the brief: 3000 teacher steps at 512, 800 generator steps at 512, lr 1e-4), for 2 setups x 3
-  seeds x the lr grids within the ~90 s budget; early stopping ends most fits sooner. The official
+* Sizes: teacher <= 2000 steps at batch 256; IBMD <= 800 generator steps x 5 fake steps at batch
+  256 (the brief: 3000 teacher steps at 512, 800 generator steps at 512, lr 1e-4), for the
+  conditional toy teacher x 3 seeds x the lr grids plus digits: ~82 s of one core (CPU time of
+  prepare + train + evaluate on a lightly loaded machine, 2026-12-02; the code before the cost cuts
+  of ``test_ibmd_speed.py``, which left every toy number within 2e-8, took 98 s in the same
+  conditions and 125 s under a heavy load). Early stopping ends some fits sooner. The official
   AdamW (weight decay 0) with a 0.99-per-1000-iterations StepLR is ~constant over so few steps, so
   the student's Adam lr is constant. Digits: 3 x 256 MLP, <= 800 teacher steps at batch 128, <= 150
   generator steps at batch 64, 64 noise inputs (one extra image channel, as the paper's noise
@@ -89,11 +93,11 @@ from models.common.selection import BestWeights, early_stopping_callbacks, grid,
 
 from . import plots
 from .algorithm import (
+    SlicedReference,
     bimodal_fraction,
     both_energy_distances,
     convergence_condition,
     mean_pairwise_distance,
-    sliced_w2,
     teacher_sample,
 )
 from .config import Config, DistillConfig, TeacherConfig
@@ -104,6 +108,7 @@ from .training import (
     TEACHER_MONITOR,
     BridgeMatching,
     InverseBridgeMatching,
+    add_convergence_trace,
     corrupted_only_loader,
     fixed_validation_pairs,
 )
@@ -231,16 +236,20 @@ class Fitted:
     best: BestWeights
 
 
+def traced(setup: Setup, arrays: dict) -> bool:
+    """Whether the teacher's convergence trace (NFE-many bimodal fraction per validation) applies: the 2-D toy."""
+    return setup.toy and arrays["x0_train"].shape[1] == 2
+
+
 def fit_teacher(cfg: Config, setup: Setup, arrays: dict, lr: float, seed: int, trace: bool) -> tuple[float, Fitted]:
-    """Bridge matching on (x0, x1) pairs; early stopping on the fixed-noise validation loss (EMA weights)."""
+    """Bridge matching on (x0, x1) pairs; early stopping on the fixed-noise validation loss (EMA weights).
+
+    ``trace``: keep the EMA weights of every validation for ``add_trace`` (the 2-D toy only)."""
     torch.manual_seed(seed)
     t = setup.teacher
     dim = arrays["x0_train"].shape[1]
     bridge = bridge_of(cfg)
-    trace_x1 = tensor(arrays["x1_val"][:TRACE_ROWS]) if trace and setup.toy and dim == 2 else None
-    module = BridgeMatching(
-        BridgeNet(dim, t, cfg.bridge, setup.cond), bridge, t, lr, trace_x1, cfg.many_nfe, cfg.bimodal_threshold
-    )
+    module = BridgeMatching(BridgeNet(dim, t, cfg.bridge, setup.cond), bridge, t, lr, trace and traced(setup, arrays))
     pairs = Rows(tensor(arrays["x0_train"]), tensor(arrays["x1_train"]))
     per_epoch = min(t.epoch_steps, t.steps)
     val = whole_batch(Rows(*fixed_validation_pairs(bridge, tensor(arrays["x0_val"]), tensor(arrays["x1_val"]), seed)))
@@ -258,6 +267,13 @@ def fit_teacher(cfg: Config, setup: Setup, arrays: dict, lr: float, seed: int, t
     module.ema.eval()
     best = callbacks[-1]
     return float(best.best if best.best is not None else math.nan), Fitted(module, records, best)
+
+
+def add_trace(cfg: Config, setup: Setup, arrays: dict, teacher: Fitted) -> None:
+    """The chosen first-seed teacher's convergence trace, into its validation records (see ``fit_teacher``)."""
+    if teacher.module.keep_trace:
+        x1 = tensor(arrays["x1_val"][:TRACE_ROWS])
+        add_convergence_trace(teacher.module, teacher.records, x1, cfg.many_nfe, cfg.bimodal_threshold)
 
 
 def student_validation(
@@ -332,6 +348,7 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             higher_is_better=False,
         )
         print(f"  selected {selection.describe()}", flush=True)
+        add_trace(cfg, setup, arrays, teacher0)
         summary.update(selection.summary())
         selections[f"teacher_{s}"] = {"chosen": selection.chosen, "table": selection.table}
         teachers = [teacher0] + [
@@ -443,9 +460,13 @@ def psnr(x: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def digit_classifier(arrays: dict, seed: int):
+    """Logistic regression on the clean training digits, fitted with as many BLAS threads as torch uses
+    (one by default): NumPy's two OpenBLAS threads spun on the busy machine, 100x the CPU time of one."""
     from sklearn.linear_model import LogisticRegression
+    from threadpoolctl import threadpool_limits
 
-    return LogisticRegression(max_iter=2000, random_state=seed).fit(arrays["clean_train"], arrays["label_train"])
+    with threadpool_limits(limits=torch.get_num_threads(), user_api="blas"):
+        return LogisticRegression(max_iter=2000, random_state=seed).fit(arrays["clean_train"], arrays["label_train"])
 
 
 def evaluate_seed(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, seed_index: int, seed: int) -> dict:
@@ -469,11 +490,12 @@ def evaluate_seed(cfg: Config, setup: Setup, arrays: dict, model_dir: Path, seed
         samples["oracle"] = tensor(oracle)
     joint_true = torch.cat([x0, x1], 1)
     true_self_all = mean_pairwise_distance(joint_true, joint_true)
+    sliced_truth = SlicedReference(joint_true, seed=seed)  # the truth's projections, shared by every sampler
     values: dict[str, float] = {}
     for name, x in samples.items():
         joint = torch.cat([x, x1], 1)
         values[f"{name}/ed"], values[f"{name}/ed_plugin"] = both_energy_distances(joint, joint_true, true_self_all)
-        values[f"{name}/sw2"] = sliced_w2(joint, joint_true, seed=seed)
+        values[f"{name}/sw2"] = sliced_truth.sliced_w2(joint)
         values[f"{name}/mse"] = float(((x - x0) ** 2).mean())
     if setup.toy and x0.shape[1] >= 2:
         for name, x in samples.items():
