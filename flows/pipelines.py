@@ -116,7 +116,7 @@ MEASURED_DEFAULT_SECONDS = {  # CPU seconds of one default run (2026-12-02, afte
     "sdp": 180,
     "self_ref": 140,
     "otter": 126,
-    "ibmd": 125,
+    "ibmd": 85,
     "ars": 72,
     "sta": 75,
     "score_fusion": 76,
@@ -182,6 +182,21 @@ def dask_runner(address: str | None = None, workers: int = 2):
     )
 
 
+@contextlib.contextmanager
+def dask_worker_malloc_defaults():
+    """Local Dask workers get glibc's own malloc settings, as a method run in this process does.
+
+    Dask's nanny sets ``MALLOC_TRIM_THRESHOLD_=65536`` for its workers; any malloc tunable turns off
+    glibc's adaptive mmap threshold, so every tensor over 128 KB is mmap'd, page-faulted and unmapped
+    again: 40-50 s of system time in a minute-long method (strace: ~500 mmap/munmap pairs a second).
+    """
+    import dask
+    import distributed  # noqa: F401 (registers the distributed.* config defaults)
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        yield
+
+
 @flow(name="all-methods-parallel", log_prints=True)
 def _all_methods_parallel(methods: list[str], scale: Scale) -> list[dict]:
     return _run_parallel(methods, scale, None)
@@ -231,7 +246,8 @@ def all_methods(
     tracking.client(env.project_root())  # a fresh MLflow DB is migrated here once, before parallel workers open it
     if runner == "dask":
         parallel = _all_methods_parallel.with_options(task_runner=dask_runner(dask_address, dask_workers))
-        results = parallel(chosen, scale)
+        with dask_worker_malloc_defaults():
+            results = parallel(chosen, scale)
     else:
         results = _run_many(chosen, scale, None)
     _publish_table(results, "claim-table")

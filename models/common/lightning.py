@@ -297,9 +297,21 @@ class FitProgressBar(TQDMProgressBar):
     that budget across epochs; an epoch-bounded one says "epoch e/E". (Lightning's own bar numbers epochs
     out of ``max_epochs``, which a step-bounded fit sets to a nominal bound: "Epoch 9/999999".)"""
 
-    def __init__(self, variant: str) -> None:
+    def __init__(self, variant: str, min_seconds: float = 0.5) -> None:
         super().__init__()
         self.variant = variant
+        # Lightning redraws every batch (a metrics read and a write each): thousands of small steps cost
+        # seconds of CPU, and a log or a Dask worker's stderr gets megabytes of bars. Redraw at most
+        # every ``min_seconds``, and at the end.
+        self.min_seconds = min_seconds
+        self._last_draw = -math.inf
+
+    def _should_update(self, current: int, total: int | float) -> bool:
+        now = time.monotonic()
+        if current == total or now - self._last_draw >= self.min_seconds:
+            self._last_draw = now
+            return True
+        return False
 
     @staticmethod
     def _step_bounded(trainer) -> bool:
@@ -315,7 +327,15 @@ class FitProgressBar(TQDMProgressBar):
         if bar.total != trainer.max_steps:  # the first epoch (or a resumed fit): one bar for the whole budget
             bar.reset(total=trainer.max_steps)
             bar.n = trainer.global_step
-        bar.set_description(f"{self.variant} step")
+        bar.set_description(f"{self.variant} step", refresh=False)
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        if not self._step_bounded(trainer):
+            return super().on_train_epoch_end(trainer, pl_module)
+        bar = self.train_progress_bar
+        if self._should_update(trainer.global_step, trainer.max_steps) and not bar.disable:
+            bar.n = trainer.global_step
+            bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if not self._step_bounded(trainer):

@@ -1,5 +1,7 @@
 """``all_methods`` on a Dask LocalCluster with two worker processes (prefect-dask)."""
 
+import os
+
 import pytest
 
 from models.base import Scale
@@ -53,3 +55,26 @@ def test_parallel_and_sequential_runs_give_identical_results(
     parallel = run(project, "dask")
     sequential = run(tmp_path / "sequential", "sequential")
     assert parallel == sequential
+
+
+def _worker_trim_threshold() -> str | None:
+    from distributed import Client, LocalCluster
+
+    try:
+        with LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None
+        ) as c:
+            with Client(c) as client:
+                return next(iter(client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_").values()))
+    finally:
+        os.environ.pop("MALLOC_TRIM_THRESHOLD_", None)  # a nanny writes its worker settings into our environment
+
+
+def test_local_workers_keep_glibc_malloc_defaults(monkeypatch):
+    """Dask's own worker setting (a malloc trim threshold) made every large tensor an mmap + page faults."""
+    from flows.pipelines import dask_worker_malloc_defaults
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with dask_worker_malloc_defaults():
+        assert _worker_trim_threshold() is None
+    assert _worker_trim_threshold() == "65536"  # what Dask does unasked

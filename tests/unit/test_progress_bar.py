@@ -22,10 +22,10 @@ class _Tiny(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def _fit(capsys, **limits) -> str:
+def _fit(capsys, bar=None, **limits) -> str:
     loader = DataLoader(TensorDataset(torch.randn(12, 2), torch.randn(12, 1)), batch_size=4)  # 3 batches/epoch
     trainer = L.Trainer(
-        callbacks=[FitProgressBar("method")],
+        callbacks=[bar or FitProgressBar("method")],
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,
@@ -47,3 +47,10 @@ def test_step_bounded_fit_shows_its_step_budget(capsys):
 def test_epoch_bounded_fit_says_epoch_e_of_e(capsys):
     err = _fit(capsys, max_epochs=2)
     assert "method epoch 2/2" in err and "Epoch 1" not in err
+
+
+def test_bar_redraws_are_bounded_by_time_not_by_steps(capsys):
+    """400 fast steps draw the bar a handful of times (Lightning's own bar: once per step)."""
+    err = _fit(capsys, bar=FitProgressBar("method", min_seconds=60), max_epochs=10**6, max_steps=400)
+    assert re.search(r"method step.*400/400", err), err[-500:]
+    assert err.count("method step") < 10, err.count("method step")
