@@ -114,7 +114,7 @@ def _method_task(slug: str, scale: Scale, overrides: list[str] | None) -> dict:
 MEASURED_DEFAULT_SECONDS = {  # CPU seconds of one default run (2026-12-02, after the real-data rebuild)
     "hpde_gnn": 200,
     "sdp": 180,
-    "self_ref": 140,
+    "self_ref": 70,
     "otter": 126,
     "ibmd": 85,
     "ars": 72,

@@ -13,10 +13,11 @@ import copy
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from models.common.tiny_lm import TinyLM, Tokenizer, add_lora, merge_lora
+from models.common.tiny_lm import LoRALinear, TinyLM, Tokenizer, add_lora, merge_lora
 
 from .config import Config
 
@@ -39,6 +40,16 @@ class EmbeddingLoRA(nn.Module):
         return weight + self.scale * self.lora_A @ self.lora_B
 
 
+class WeightSpaceLoRA(LoRALinear):
+    """``LoRALinear`` (same parameters, initialisation and ``merged``) computed as ``x (W + s B A)^T + b``.
+
+    With rows of 64-256 features and rank 8, adding the rank-r update to the weight and running one linear
+    layer is cheaper forward and backward than the base layer plus two thin products (``test_weight_space_lora``)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.base.weight + self.scale * (self.lora_B @ self.lora_A), self.base.bias)
+
+
 def with_adapters(
     base: TinyLM, tok: Tokenizer, new_tokens: tuple[str, ...], trainable_tokens: tuple[str, ...], cfg: Config, seed: int
 ) -> tuple[TinyLM, Tokenizer, list[nn.Parameter], dict[str, torch.Tensor]]:
@@ -51,6 +62,9 @@ def with_adapters(
     if len(tok) > model.config.vocab_size:
         model.add_tokens(len(tok) - model.config.vocab_size)
     params = add_lora(model, cfg.lora_rank, cfg.lora_alpha, targets=cfg.lora_targets, seed=seed)
+    for module in model.modules():
+        if type(module) is LoRALinear:
+            module.__class__ = WeightSpaceLoRA  # a subclass without state of its own: only the forward differs
     masks: dict[str, torch.Tensor] = {}
     generator = torch.Generator().manual_seed(seed + 1)
     if cfg.embedding_lora:
@@ -73,3 +87,35 @@ def merge_adapters(model: TinyLM) -> TinyLM:
     if parametrize.is_parametrized(model.wte, "weight"):
         parametrize.remove_parametrizations(model.wte, "weight", leave_parametrized=True)
     return merge_lora(model)
+
+
+def attend(block: nn.Module, x: torch.Tensor, cache: tuple | None = None) -> tuple[torch.Tensor, tuple]:
+    """The attention of a GPT-2 block (``tiny_lm.Block``) for the positions ``x`` (B, T, C), before its output
+    projection, and the keys and values so far. Without ``cache`` it is plain causal attention over ``x``;
+    with the earlier positions' ``cache`` each new query sees every earlier key (one new position at a time)."""
+    attn = block.attn
+    B, T, C = x.shape
+    q, k, v = attn.c_attn(block.ln_1(x)).split(C, dim=2)
+    q, k, v = (t.view(B, T, attn.n_head, C // attn.n_head).transpose(1, 2) for t in (q, k, v))
+    if cache is not None:
+        k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=cache is None)
+    return y.transpose(1, 2).reshape(B, T, C), (k, v)
+
+
+def scored_logits(model: TinyLM, ids: torch.Tensor, scored: torch.Tensor) -> torch.Tensor:
+    """``model(ids)[scored]``: the logits (N, V) at the positions of the boolean mask ``scored`` (B, T) only.
+
+    Every position is still an attention key, so all blocks but the last run on all of them; the last block's
+    output projection and feed-forward half, the final LayerNorm and the output layer act position by position
+    and run on the scored ones alone (the answer and suffix tokens, about a third of a training row: ~12 % of
+    a training step here). Right padding only: positions count from 0 in every row (no attention mask)."""
+    B, T = ids.shape
+    x = model.wte(ids) + model.wpe(torch.arange(T, device=ids.device))
+    for block in model.h[:-1]:
+        x = block(x, None)
+    last = model.h[-1]
+    y, _ = attend(last, x)
+    x = x[scored] + last.attn.c_proj(y[scored])
+    x = x + last.mlp(last.ln_2(x))
+    return model.logits(model.ln_f(x))

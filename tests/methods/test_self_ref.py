@@ -143,6 +143,175 @@ def test_confidence_is_read_right_after_the_answer():
         assert out.selfref[i] == pytest.approx(float(cn / (cn + un)), abs=1e-5)
 
 
+def _random_model(seed: int, sharpness: float):
+    """A random small model with new <CN>/<UN> rows; ``sharpness`` scales its embeddings (peaked outputs)."""
+    tok = make_tokenizer().with_tokens((CONFIDENT, UNCONFIDENT))
+    torch.manual_seed(seed)
+    model = TinyLM(LMConfig(vocab_size=len(tok), n_positions=24, n_embd=16, n_layer=1, n_head=2))
+    with torch.no_grad():
+        model.wte.weight.mul_(sharpness)
+        model.wpe.weight.mul_(sharpness)
+    return model.eval(), tok
+
+
+def test_cached_decoding_matches_generate():
+    from models.common.tiny_lm import generate
+
+    for seed, sharpness in ((4, 30.0), (5, 60.0), (6, 1.0)):
+        model, tok = _random_model(seed, sharpness)
+        stop = [tok.id(t) for t in (EOS, CONFIDENT, UNCONFIDENT)]
+        prompts = torch.as_tensor([tok.encode(p, bos=True) for p in ("12+34=", "99*98=", "5+61=1", "70*3+=")])
+        tokens, logprobs = A.greedy_decode(model, prompts, 8, stop, tok.pad_id)
+        reference = generate(model, prompts, 8, stop_ids=stop, pad_id=tok.pad_id)
+        assert torch.equal(tokens, reference.tokens)
+        assert torch.allclose(logprobs, reference.logprobs, atol=1e-5)
+    with pytest.raises(ValueError, match="n_positions"):
+        A.greedy_decode(model, prompts, 30, stop, tok.pad_id)
+
+
+def _read_out_reference(row: list[int], logp: np.ndarray, digits: dict[int, int], semicolon: int):
+    """The previous per-row read-out of answer_questions: text, product, mean, after (None past the end), verbal."""
+    end = next((t for t, x in enumerate(row) if x not in digits), len(row))
+    probs = np.exp(logp[np.arange(end), row[:end]]) if end else np.array([0.0])
+    after = logp[end] if end < len(row) else None
+    written = end + 1 < len(row) and row[end] == semicolon and row[end + 1] in digits
+    verbal = digits[row[end + 1]] / 9.0 if written else float("nan")
+    return "".join(str(digits[x]) for x in row[:end]), float(np.prod(probs)), float(np.mean(probs)), after, verbal
+
+
+def test_read_out_matches_the_per_row_reading_for_every_ending():
+    tok = make_tokenizer().with_tokens((CONFIDENT, UNCONFIDENT))
+    d = {tok.id(str(i)): i for i in range(10)}
+    digit_of = np.full(len(tok), -1)
+    digit_of[list(d)] = list(d.values())
+    ids = lambda text: tok.encode(text)  # noqa: E731
+    pad = [tok.pad_id] * 8
+    rows = [  # every way an answer ends, padded to 6 decoded positions as greedy decoding leaves them
+        ids("42") + [tok.id(EOS)] + pad[:3],
+        ids("7") + [tok.id(CONFIDENT)] + pad[:4],
+        ids("123") + [tok.id(UNCONFIDENT)] + pad[:2],
+        ids("58;3") + [tok.id(EOS)] + pad[:1],
+        ids("9;;") + pad[:3],  # ';' without a digit: no verbal confidence
+        ids("31;") + pad[:3],  # ';' at the end of the budget
+        ids("+") + pad[:5],  # no answer
+        ids("654321"),  # no stop inside the budget
+    ]
+    tokens = np.array(rows)
+    logp = np.log(np.random.default_rng(0).dirichlet(np.ones(len(tok)), size=tokens.shape)).astype(np.float32)
+    out = A.read_out(tokens, logp, digit_of, tok.id(";"))
+    for i, row in enumerate(rows):
+        text, product, mean, after, verbal = _read_out_reference(row, logp[i], d, tok.id(";"))
+        assert out.text[i] == text
+        assert out.product[i] == pytest.approx(product, rel=1e-6) and out.mean[i] == pytest.approx(mean, rel=1e-6)
+        assert np.all(np.isnan(out.after[i])) if after is None else np.array_equal(out.after[i], after)
+        assert (np.isnan(out.verbal[i]) and np.isnan(verbal)) or out.verbal[i] == verbal
+    assert out.text[:4] == ["42", "7", "123", "58"] and out.verbal[3] == pytest.approx(3 / 9)
+    assert out.product[6] == out.mean[6] == 0.0 and np.isnan(out.verbal[:3]).all()
+
+
+def test_answer_questions_matches_decoding_each_question_alone():
+    """Length-grouped batches give every question the answer and confidences it gets decoded on its own
+    with tiny_lm.generate (the budget-filling answers included)."""
+    from models.common.tiny_lm import generate
+
+    prompts = [f"{a}{op}{b}=" for a in (3, 17, 250) for op in "+*" for b in (4, 86)]
+    records = [{"prompt": p, "answer": "123"} for p in prompts]
+    d = {tok_id: i for i, tok_id in enumerate(range(3, 13))}  # the digit tokens follow <pad>, <bos>, <eos>
+    for seed in range(3):
+        model, tok = _random_model(10 + seed, 30.0)
+        assert {tok.id(str(i)): i for i in range(10)} == d
+        out = A.answer_questions(model, tok, records, reverse=False, batch=5)
+        stop = [tok.id(t) for t in (EOS, CONFIDENT, UNCONFIDENT)]
+        for i, rec in enumerate(records):
+            prompt = torch.as_tensor([tok.encode(rec["prompt"], bos=True)])
+            gen = generate(model, prompt, 7, stop_ids=stop, pad_id=tok.pad_id)
+            text, product, mean, after, verbal = _read_out_reference(
+                gen.tokens[0].tolist(), gen.logprobs[0].numpy(), d, tok.id(";")
+            )
+            if after is None:
+                after = torch.log_softmax(model(torch.cat([prompt, gen.tokens], 1))[0, -1], -1).detach().numpy()
+            p_cn, p_un = np.exp(after[tok.id(CONFIDENT)]), np.exp(after[tok.id(UNCONFIDENT)])
+            assert out.text[i] == text
+            assert out.prob_product[i] == pytest.approx(product, rel=1e-4, abs=1e-7)
+            assert out.prob_mean[i] == pytest.approx(mean, rel=1e-4, abs=1e-7)
+            assert out.selfref[i] == pytest.approx(float(p_cn / (p_cn + p_un)), abs=1e-5)
+
+
+def test_scored_loss_equals_the_full_loss():
+    """Running the output layer only where a weight is set changes neither the loss nor its gradients."""
+    from models.self_ref.networks import scored_logits
+    from models.self_ref.training import ScoredLanguageModelling, base_soft_targets
+
+    base, tok = _base(7)
+    records = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a, b in ((1, 2), (34, 5), (61, 78), (9, 90))]
+    answers, suffixes = ["3", "9", "931", "99"], [[CONFIDENT], [UNCONFIDENT], [CONFIDENT], [UNCONFIDENT]]
+    for distill in (False, True):
+        model, tok2, params, masks = with_adapters(
+            base, tok, (CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), Config(), seed=1
+        )
+        with torch.no_grad():
+            for p in params:
+                p.add_(torch.randn_like(p) * 0.3)  # away from the identity adapters
+        ids, weights, answer_mask = A.lm_examples(tok2, records, answers, suffixes, [0.5, 0.0, 1.0, 0.0])
+        batch = (ids, weights, answer_mask, base_soft_targets(base, ids)) if distill else (ids, weights)
+        scored = weights[:, 1:] > 0
+        assert torch.allclose(scored_logits(model, ids[:, :-1], scored), model(ids[:, :-1])[scored], atol=1e-5)
+        losses, grads = [], []
+        for cls in (LanguageModelling, ScoredLanguageModelling):
+            module = cls(model, 1e-3, params=params, grad_masks=masks)
+            module.log_dict = lambda *a, **kw: None
+            for p in params:
+                p.grad = None
+            loss = module.shared_step(batch, "train")
+            loss.backward()
+            module.on_after_backward()
+            losses.append(loss.detach())
+            grads.append([p.grad.clone() for p in params])
+        assert torch.allclose(losses[0], losses[1], atol=1e-6), distill
+        assert all(torch.allclose(g0, g1, atol=1e-6) for g0, g1 in zip(*grads)), distill
+        assert grads[1][-1][: len(tok)].abs().sum() == 0  # the old embedding rows stay frozen
+
+
+def test_weight_space_lora():
+    """The weight-space adapter is LoRALinear's function and gradients, and merges the same way."""
+    from models.common.tiny_lm import LoRALinear
+    from models.self_ref.networks import WeightSpaceLoRA
+
+    torch.manual_seed(0)
+    plain = LoRALinear(torch.nn.Linear(16, 24), 4, 8.0, torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        plain.lora_B.normal_()
+    fast = WeightSpaceLoRA(plain.base, 4, 8.0, torch.Generator().manual_seed(1))
+    fast.load_state_dict(plain.state_dict())
+    x = torch.randn(5, 7, 16, requires_grad=True)
+    outputs, grads = [], []
+    for layer in (plain, fast):
+        x.grad = None
+        y = layer(x)
+        (y * torch.linspace(-1, 1, 24)).sum().backward()
+        outputs.append(y.detach())
+        grads.append([x.grad.clone(), layer.lora_A.grad.clone(), layer.lora_B.grad.clone()])
+    assert torch.allclose(outputs[0], outputs[1], atol=1e-5)
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(*grads))
+    assert torch.allclose(fast.merged()(x), outputs[0], atol=1e-5)
+
+
+def test_tensor_batches_match_the_dataloader():
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from models.self_ref.training import TensorBatches
+
+    ids, weights = torch.arange(103 * 3).view(103, 3), torch.randn(103, 3, 2)
+    loader = DataLoader(TensorDataset(ids, weights), 16, shuffle=True, generator=torch.Generator().manual_seed(5))
+    batches = TensorBatches((ids, weights), 16, torch.Generator().manual_seed(5))
+    assert len(batches) == len(loader) == 7
+    for _ in range(3):  # epoch after epoch: the generator advances as DataLoader's does
+        for expected, got in zip(loader, batches, strict=True):
+            assert all(torch.equal(a, b) for a, b in zip(expected, got))
+    in_order = [b[0] for b in TensorBatches((ids, weights), 50)]
+    assert [len(b) for b in in_order] == [50, 50, 3] and torch.equal(torch.cat(in_order), ids)
+
+
 def test_every_arm_gets_the_same_adapter_on_all_projections_and_the_embedding_head():
     from models.common.tiny_lm import LoRALinear
 
@@ -160,6 +329,7 @@ def test_every_arm_gets_the_same_adapter_on_all_projections_and_the_embedding_he
     for name, (model, tok2, params, _) in adapted.items():
         wrapped = {n for n, m in model.named_modules() if isinstance(m, LoRALinear)}
         assert wrapped == {f"h.0.{t}" for t in ("attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")}, name
+        assert all(type(model.get_submodule(n)).__name__ == "WeightSpaceLoRA" for n in wrapped), name
         assert projection_adapters(model, params) == reference, name  # the same adapter for every arm
         assert any(p is model.wte.parametrizations.weight[0].lora_A for p in params)  # the embedding/head LoRA
         assert model.wte.parametrizations.weight[0].lora_A.shape == (len(tok2), cfg.lora_rank)
