@@ -22,10 +22,13 @@ def set_threads() -> None:
     """One intra-op thread unless ``PAPERLINE_THREADS`` says more: the models are small, and two
     OpenMP threads on a busy 2-core machine ran 5-10x slower than one. ``tasks.steps`` calls it before
     every step, so it holds in every process that runs one (CLI, Dask worker, DVC stage)."""
-    import torch
+    import sys
 
     threads = int(os.environ.get("PAPERLINE_THREADS", "1"))
-    if torch.get_num_threads() != threads:
+    torch = sys.modules.get("torch")
+    if torch is None:  # not loaded (a numpy-only method): torch reads this when a step imports it
+        os.environ["OMP_NUM_THREADS"] = str(threads)
+    elif torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
 
 

@@ -23,7 +23,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser]
+# One xdist worker for the module: its servers and browser (module fixtures) start once, not once per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = ROOT / "outputs" / "ui"

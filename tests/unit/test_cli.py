@@ -156,3 +156,15 @@ def test_a_thread_that_never_ends_cannot_hold_an_interrupted_cli():
     assert done.returncode == 130, done.stderr
     assert "not exited 1 s after the signal" in done.stderr
     assert "Thread 0x" in done.stderr and "in wait" in done.stderr  # the stuck thread's stack is shown
+
+
+def test_the_console_script_flushes_everything_and_keeps_the_exit_code(tmp_path):
+    """``paperline`` ends with os._exit after atexit (no interpreter teardown): piped output stays whole."""
+    listed = paperline("list", "--markdown", root=tmp_path)
+    assert listed.returncode == 0 and all(f"| `{slug}` |" in listed.stdout for slug in METHODS), listed.stdout[-500:]
+    assert listed.stdout.endswith("|\n")
+    script = "import atexit, sys; atexit.register(lambda: print('atexit ran', file=sys.stderr)); " + (
+        "sys.argv = ['paperline', 'run', 'nosuch']; from flows.cli import entry; entry()"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown method 'nosuch'" in proc.stderr and "atexit ran" in proc.stderr

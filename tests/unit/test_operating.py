@@ -78,7 +78,7 @@ def test_nightly_overrides_apply_to_all_or_one_method():
 def test_dask_runner_needs_all(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["run", "sleeping_rl", "--runner", "dask"]) == 2
-    assert "use it with --all" in capsys.readouterr().err
+    assert "name two or more, or use --all" in capsys.readouterr().err
     assert main(["run", "--all", "--runner", "dask", "--workers", "0"]) == 2
     assert "--workers 0" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
