@@ -109,28 +109,28 @@ def _method_task(slug: str, scale: Scale, overrides: list[str] | None) -> dict:
     return method_pipeline.fn(slug, scale, overrides)
 
 
-# Default-scale CPU times of each method (measured one at a time on the project's 2-core machine):
-# the parallel runner starts the longest first, so two workers do not end on one long method alone.
-MEASURED_DEFAULT_SECONDS = {  # CPU seconds of one default run (2026-12-02, after the real-data rebuild)
-    "hpde_gnn": 200,
-    "sdp": 180,
-    "self_ref": 70,
-    "otter": 126,
-    "ibmd": 85,
-    "ars": 72,
-    "sta": 75,
-    "score_fusion": 76,
-    "pag_cert": 87,
-    "ppd_snr": 87,
-    "unhippo": 85,
-    "bnn_linf": 84,
-    "zo_natural": 81,
-    "sdcib": 73,
-    "fair_icp": 67,
-    "sbg": 60,
-    "win_rate": 34,
-    "kernel_sgd": 26,
-    "sleeping_rl": 16,
+# Default-scale times of each method: the parallel runner starts the longest first, so two workers do not end
+# on one long method alone.
+MEASURED_DEFAULT_SECONDS = {  # wall seconds of each method in the clean-clone `make run` (two at a time), 2026-12-02
+    "sdp": 151,
+    "otter": 133,
+    "hpde_gnn": 94,
+    "pag_cert": 88,
+    "sta": 78,
+    "ibmd": 75,
+    "self_ref": 74,
+    "ars": 68,
+    "bnn_linf": 65,
+    "unhippo": 64,
+    "sdcib": 64,
+    "score_fusion": 61,
+    "zo_natural": 55,
+    "ppd_snr": 49,
+    "fair_icp": 49,
+    "sbg": 40,
+    "win_rate": 28,
+    "kernel_sgd": 23,
+    "sleeping_rl": 21,
 }
 
 
