@@ -26,8 +26,12 @@ def run(scale: str, runner: str, workers: int) -> tuple[float, dict]:
         env = dict(os.environ, PAPERLINE_ROOT=tmp, PAPERLINE_PROGRESS="0")
         cmd = [str(BIN / "paperline"), "run", "--all", "--scale", scale, "--runner", runner, "--workers", str(workers)]
         start = time.perf_counter()
-        subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
         seconds = time.perf_counter() - start
+        if proc.returncode != 0:  # the claim table and the failing methods are at the end of the output
+            print(
+                f"{runner} run exited {proc.returncode}:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}", file=sys.stderr
+            )
         claims = {p.parent.name: json.loads(p.read_text()) for p in Path(tmp, "outputs").glob("*/claim.json")}
     return seconds, claims
 

@@ -172,8 +172,14 @@ FETCHED: dict[str, RawFile] = {
 }
 
 
+CHECKOUT_RAW = Path(__file__).resolve().parents[2] / "data" / "raw"
+
+
 def raw_root() -> Path:
-    return Path(os.environ.get("PAPERLINE_ROOT") or Path.cwd()) / "data" / "raw"
+    """The project's ``data/raw``; a project root without one (a scratch ``PAPERLINE_ROOT`` that only receives
+    data, outputs and runs) reads the checkout's, where the files are committed and ``make install`` fetches."""
+    project = Path(os.environ.get("PAPERLINE_ROOT") or Path.cwd()) / "data" / "raw"
+    return project if project.is_dir() or not CHECKOUT_RAW.is_dir() else CHECKOUT_RAW
 
 
 def _entry(name: str) -> RawFile:

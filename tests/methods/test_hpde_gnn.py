@@ -445,9 +445,9 @@ def test_an_altered_raw_graph_file_is_refused_with_its_expected_sha256(tmp_path,
     from models.hpde_gnn.data import load_benchmark_graph
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "data" / "raw" / "graphs").mkdir(parents=True)  # a project with its own (here empty) raw folder
     with pytest.raises(RawDataError, match="texas.npz is missing"):
         load_benchmark_graph("texas")
-    (tmp_path / "data" / "raw" / "graphs").mkdir(parents=True)
     _write_gnn_benchmark(tmp_path / "data" / "raw" / "graphs" / "texas.npz")
     with pytest.raises(RawDataError, match=COMMITTED["graphs/texas.npz"].sha256):
         load_benchmark_graph("texas")

@@ -308,12 +308,12 @@ def test_a_missing_or_altered_mnist_wheel_is_a_clear_error(tmp_path, monkeypatch
     from models.pag_cert import pipeline
 
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "data" / "raw").mkdir(parents=True)  # a project with its own (here empty) raw folder
     cfg = SPEC.make_config("smoke")
     (tmp_path / "out").mkdir()
     with pytest.raises(RawDataError, match=image_sets.MNIST_WHEEL):
-        pipeline.prepare(cfg, tmp_path / "out")  # no data/raw at all
+        pipeline.prepare(cfg, tmp_path / "out")  # the wheel missing from the project's raw folder
     raw = tmp_path / "data" / "raw"
-    raw.mkdir(parents=True)
     (raw / image_sets.MNIST_WHEEL).write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip: not the pinned wheel
     with pytest.raises(RawDataError, match="sha256"):
         pipeline.prepare(cfg, tmp_path / "out")

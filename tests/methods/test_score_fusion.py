@@ -412,9 +412,9 @@ def test_the_pinned_mni152_template_is_a_skull_stripped_1mm_brain():
 
 def test_a_missing_or_corrupt_nilearn_wheel_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "data" / "raw").mkdir(parents=True)  # a project with its own (here empty) raw folder
     with pytest.raises(RawDataError, match="nilearn-0.14.1-py3-none-any.whl is missing"):
         read_mni152()
-    (tmp_path / "data" / "raw").mkdir(parents=True)
     (tmp_path / "data" / "raw" / "nilearn-0.14.1-py3-none-any.whl").write_bytes(b"not a wheel")
     with pytest.raises(RawDataError, match="expected 725206484e9fb3f6.*corrupt or altered"):
         read_mni152()

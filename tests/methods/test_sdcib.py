@@ -286,9 +286,9 @@ def test_load_mfeat_from_the_pinned_wheel():
 
 def test_missing_or_altered_wheel_is_a_raw_data_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    (tmp_path / "data" / "raw").mkdir(parents=True)  # a project with its own (here empty) raw folder
     with pytest.raises(RawDataError, match="missing"):
         load_mfeat()
-    (tmp_path / "data" / "raw").mkdir(parents=True)
     (tmp_path / "data" / "raw" / MFEAT_WHEEL).write_bytes(b"not the wheel")
     with pytest.raises(RawDataError, match="expected 449a5c649176"):
         load_mfeat()

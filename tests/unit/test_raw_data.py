@@ -105,3 +105,14 @@ def test_one_idx_parser_reads_every_dtype_plain_or_gzipped_and_names_a_bad_file(
         parse_idx(b"PK\x03\x04rest", "bad.idx")
     with pytest.raises(ValueError, match=r"short.idx: header says \(2, 3, 4\) but holds 23 values"):
         parse_idx(_idx_bytes(images, 0x08)[:-1], "short.idx")
+
+
+def test_a_scratch_project_root_reads_the_checkouts_pinned_files(tmp_path, monkeypatch):
+    """A PAPERLINE_ROOT with no data/raw (outputs elsewhere, e.g. benchmarks/parallel_ratio.py) still finds them."""
+    monkeypatch.setenv("PAPERLINE_ROOT", str(tmp_path))
+    assert raw_data.raw_root() == raw_data.CHECKOUT_RAW
+    assert raw_data.raw_file("graphs/cora.npz").parent.parent == raw_data.CHECKOUT_RAW
+    (tmp_path / "data" / "raw").mkdir(parents=True)  # a project with its own raw folder uses that one
+    assert raw_data.raw_root() == tmp_path / "data" / "raw"
+    with pytest.raises(raw_data.RawDataError, match="is missing"):
+        raw_data.raw_file("graphs/cora.npz")
