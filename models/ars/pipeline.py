@@ -85,7 +85,6 @@ import torch
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
 from models.common import verdicts as V
-from models.common.runtime import set_threads
 from models.common.selection import grid, learns_task, select_on_validation
 
 from . import plots
@@ -130,7 +129,6 @@ def _config_hash(cfg: Config) -> str:
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
     """Run the seeded Meta-World experiment for every arm (one batched run, common random numbers: the same
     goals, random-phase actions and initial networks) and write its logs."""
-    set_threads()
     d = cfg.data
     arms = list(d.arms)
     groups = np.zeros(len(arms), int)
@@ -281,7 +279,6 @@ def crn_invariance(cfg: Config) -> dict:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     t = cfg.toy
     members = toy_members(cfg)
     kappa = toy_kappa(cfg, members)
@@ -368,7 +365,6 @@ def load_model(cfg: Config, model_dir: Path) -> Actor:
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     model_dir = Path(artifacts.model_dir)
     run = json.loads((model_dir / "toy_run.json").read_text())
     members = [Member(**m) for m in run["members"]]

@@ -66,7 +66,7 @@ import torch
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
 from models.common import raw_data
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
 
 from . import plots
@@ -183,7 +183,6 @@ def weights_file(model_dir: Path, arm: str, seed_index: int) -> Path:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     arrays = load_arrays(data)
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
@@ -290,7 +289,6 @@ def metric_values(cells: list[tuple[str, float]], results: dict[str, dict[str, l
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     arrays = load_arrays(data)
     cells = cfg.data.noise.cells()
     results = evaluate_arms(cfg, arrays, artifacts.model_dir)

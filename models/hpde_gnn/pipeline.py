@@ -79,7 +79,7 @@ from models.base import (
     write_manifest,
 )
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import grid, learns_task, select_on_validation
 
 from . import plots
@@ -126,7 +126,6 @@ PAPER = {("gpr", "cora"): (88.57, 90.82), ("gpr", "texas"): (92.95, 93.28)}
 
 
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    set_threads()
     d = cfg.data
     entries: list[tuple[dict, dict]] = []  # (description, arrays)
     provenance = []
@@ -309,7 +308,6 @@ def weights_file(model_dir: Path, arm: str) -> Path:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     graphs = load_graphs(data)
     names = arms(cfg)
     summary: dict[str, float] = {}
@@ -428,7 +426,6 @@ def split_key(role: str, family: str, split: int, graph: str) -> str:
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     graphs = load_graphs(data)
     descriptions = graph_descriptions(data)
     runs = evaluate_classification(cfg, graphs, artifacts.model_dir)

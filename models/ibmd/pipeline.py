@@ -88,7 +88,7 @@ from models.base import (
 from models.common import verdicts as V
 from models.common.batches import Rows, random_batches, whole_batch
 from models.common.diffusion import BridgeSchedule
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, select_on_validation
 
 from . import plots
@@ -331,7 +331,6 @@ def weights(model_dir: Path, role: str, setup: str, seed_index: int) -> Path:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
     selections: dict[str, dict] = {}
@@ -560,7 +559,6 @@ def setup_values(cfg: Config, setup: Setup, seeds: list[dict], summary: dict) ->
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     values: dict[str, float] = {k: v for k, v in artifacts.summary.items() if k.startswith("select/")}
     first_seed: dict[str, dict] = {}
     for i, setup in enumerate(setups(cfg)):

@@ -95,7 +95,7 @@ from models.base import (
     write_manifest,
 )
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
 
 from . import data as tabletop
@@ -152,7 +152,6 @@ def pretrain_encoder(cfg: Config, scenes: dict[str, np.ndarray]) -> tuple[CLIPEn
 
 
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    set_threads()
     d = cfg.data
     grid = grid_size(cfg)
     rng = np.random.default_rng(cfg.seed)
@@ -317,7 +316,6 @@ def weights_file(model_dir: Path, arm: str, seed_index: int) -> Path:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     bc = load_cloning_data(cfg, data)
     history: dict[str, list[dict[str, float]]] = {
         "pretrain": json.loads(data.file("pretrain_history.json").read_text())
@@ -429,7 +427,6 @@ def probe_localisation(encoder: CLIPEncoder, scenes: dict[str, np.ndarray], grid
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     d = cfg.data
     grid = grid_size(cfg)
     episodes = {s: load_npz(data, f"episodes_{s}.npz") for s in ("seen", "heldout")}

@@ -77,7 +77,7 @@ from models.base import (
 )
 from models.common import image_sets, raw_data
 from models.common import verdicts as V
-from models.common.lightning import set_threads, show_progress
+from models.common.lightning import show_progress
 from models.common.selection import learns_task
 from models.pag_cert import algorithm as alg
 from models.pag_cert import data as mnist
@@ -162,7 +162,6 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     """Train every classifier on every split seed: the lr grid is searched on split seed 0's validation NLL
     and its choice reused on the other split seeds (one declared protocol, a third of the fits); every fit
     stops early on validation NLL and ends on its best epoch's weights."""
-    set_threads()
     prepared = mnist.Prepared(data.path, data.meta["pixel_scale"])
     history, summary, index, chosen_lr = {}, {}, [], {}
     for split in range(cfg.data.n_splits):
@@ -306,7 +305,6 @@ def _summarise(values: dict, setting: str, by_label: dict[str, list[dict]], cfg:
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
     """Certify every classifier of every split seed repeatedly at s and at s // 50, judge each certificate
     on fresh draws from D' and on a noisy resample of the test split."""
-    set_threads()
     g = cfg.guarantee
     s = alg.certification_size(g.epsilon, g.p_min, g.delta, g.vc_dim)
     s_control = max(1, s // g.control_divisor)

@@ -91,7 +91,6 @@ import torch
 
 from models.base import ClaimResult, Criterion, DatasetRef, Metrics, Scale, TrainedArtifacts
 from models.common import verdicts as V
-from models.common.runtime import set_threads
 from models.ppd_snr import algorithm as alg
 from models.ppd_snr import data as data_mod
 from models.ppd_snr.networks import ProposalBank
@@ -183,7 +182,6 @@ def real_targets(data: DatasetRef, device: str = "cpu") -> list[tuple[dict, alg.
 def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     from models.ppd_snr.training import exact_diagnostics, fit_proposals
 
-    set_threads()
     problems = _problems(data, "estimate")
     history: dict[str, list[dict]] = {}
     summary: dict[str, float] = {}
@@ -463,7 +461,6 @@ def _sweep_means(cfg, rows: list[dict]) -> dict[str, dict[str, np.ndarray]]:
 
 
 def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     device = _device(cfg)
     bank = load_model(cfg, artifacts.model_dir)
     snr_rows = snr_study(cfg, data, device)

@@ -66,7 +66,7 @@ import torch
 
 from models.base import ClaimResult, DatasetRef, Metrics, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
 from models.common import verdicts as V
-from models.common.runtime import set_threads, show_progress
+from models.common.runtime import show_progress
 from models.common.selection import select_on_validation
 from models.sbg import algorithm as alg
 from models.sbg import data as data_mod
@@ -219,7 +219,6 @@ def preprocessed_model(cfg, pep, train_idx: np.ndarray):
 
 
 def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     pep = data_mod.read_system(data.path, cfg.system)
     train_idx, val_idx, _ = _splits(cfg, len(pep.coordinates))
     initial, x = preprocessed_model(cfg, pep, train_idx)
@@ -402,7 +401,6 @@ def _select_eps(cfg, energies: Energies, val_ref: dict) -> tuple[float, list[dic
 
 
 def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     pep = data_mod.read_system(data.path, cfg.system)
     _, val_idx, test_idx = _splits(cfg, len(pep.coordinates))
     model = load_model(cfg, artifacts.model_dir)

@@ -110,7 +110,7 @@ from models.common import raw_data, runtime
 from models.common import verdicts as V
 from models.common.arrays import save_npz
 from models.common.diffusion import DDPMSchedule, linear_betas
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, select_on_validation
 
 from . import plots
@@ -381,7 +381,6 @@ def train_stage2(
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     arrays = load_arrays(data)
     schedule = schedule_of(cfg)
     state: dict = {"history": {}, "summary": {}, "selections": {}}
@@ -602,7 +601,6 @@ def evaluate_seed(cfg: Config, models: dict[str, ScoreFusion], arrays: dict, dev
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     device = device_of()
     arrays = load_arrays(data)
     per_seed = []

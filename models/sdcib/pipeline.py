@@ -89,7 +89,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 from models.base import ClaimResult, DatasetRef, Metrics, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
 from models.common import raw_data
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import early_stopping_callbacks, grid, learns_task, select_on_validation
 
 from . import plots
@@ -257,7 +257,6 @@ def train_variant(cfg: Config, arch: dict, dataset: TensorDataset, variant: str,
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     views, labels = load_views(data)
     n_clusters = int(labels.max() + 1)
     if cfg.batch_size > len(labels):
@@ -359,7 +358,6 @@ def layer_kmeans_acc(embedding: np.ndarray, labels: np.ndarray, is_test: np.ndar
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     torch.manual_seed(cfg.seed)  # the official train-mode protocol samples h: make it repeatable
     views, labels = load_views(data)
     model_dir = artifacts.model_dir

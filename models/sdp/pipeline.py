@@ -106,7 +106,7 @@ import torch
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
 from models.common import verdicts as V
 from models.common.batches import Rows, random_batches, whole_batch
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
 
 from .algorithm import (
@@ -267,7 +267,6 @@ def fit_arm(cfg: Config, arm: str, lr: float, seed: int, rows: dict[str, Rows], 
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     splits = {name: load_split(data, name) for name in ("train", "train_so3", "val_so3")}
     norm = normaliser_for(splits["train"])
     rows = {name: demo_rows(splits[name], norm) for name in ("train", "train_so3")}
@@ -360,7 +359,6 @@ def blind_success(cfg: Config, train_split: dict, split: dict) -> float:
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     norm = load_normaliser(artifacts.model_dir)
     schedule = make_schedule(cfg.diffusion)
     tests = {name: load_split(data, f"test_{name}") for name in TESTS}

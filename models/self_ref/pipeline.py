@@ -93,7 +93,6 @@ from models.base import (
     write_manifest,
 )
 from models.common import verdicts as V
-from models.common.lightning import set_threads
 from models.common.selection import grid, select_on_validation
 from models.common.tiny_lm import TinyLM, Tokenizer, load_pretrained, load_tokenizer, n_parameters, save_pretrained
 
@@ -128,7 +127,6 @@ SMALL_LM = "small_lm"  # the versioned base model folder inside the dataset
 
 
 def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
-    set_threads()
     d = cfg.data
     rng = np.random.default_rng(cfg.seed)
     tok = make_tokenizer()
@@ -196,7 +194,6 @@ def validation_score(name: str, answers: Answers, base_v: Answers) -> float:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     out_dir = Path(out_dir)
     base, tok = load_pretrained(data.file(SMALL_LM)), load_tokenizer(data.file(SMALL_LM))
     splits = by_split(read_jsonl(data.file("questions.jsonl")))
@@ -316,7 +313,6 @@ def evaluate_seed(
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     model_dir = Path(artifacts.model_dir)
     splits = by_split(read_jsonl(data.file("questions.jsonl")))
     small, tok = load_pretrained(data.file(SMALL_LM)), load_tokenizer(data.file(SMALL_LM))

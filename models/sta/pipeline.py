@@ -108,7 +108,6 @@ import torch.nn.functional as F  # noqa: E402
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts  # noqa: E402
 from models.common import verdicts as V  # noqa: E402
-from models.common.lightning import set_threads  # noqa: E402
 from models.common.selection import grid, select_on_validation  # noqa: E402
 
 from . import data as data_mod  # noqa: E402
@@ -160,7 +159,6 @@ def finetune_seeds(cfg: Config) -> list[int]:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     videos = data_mod.load(data)
     out_dir = Path(out_dir)
     torch.manual_seed(cfg.seed)
@@ -503,7 +501,6 @@ def evaluate_dit(cfg: Config, data: DatasetRef, model_dir: Path) -> tuple[dict[s
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     values = check_kernels(cfg)
     values.update(sparsity_accounting(cfg))
     dit_values, extras = evaluate_dit(cfg, data, artifacts.model_dir)

@@ -94,7 +94,6 @@ from models.base import (
 )
 from models.common import raw_data
 from models.common import verdicts as V
-from models.common.lightning import set_threads
 from models.common.selection import grid, learns_task, select_on_validation
 
 from . import algorithm, plots
@@ -218,7 +217,6 @@ def weights_file(model_dir: Path, arm: str, train_noise: float, seed_index: int)
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     arrays = load_arrays(data)
     t = cfg.train
     labels = {split: torch.from_numpy(arrays[f"y_{split}"]) for split in ("train", "val")}
@@ -463,7 +461,6 @@ def matrix_checks(cfg: Config, obs_sigma2: float) -> dict[str, float]:
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     arrays = load_arrays(data)
     record = load_chosen(artifacts.model_dir)
     chosen = record["chosen"]

@@ -80,7 +80,7 @@ from models.base import (
     write_manifest,
 )
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import learns_task, select_on_validation
 
 from . import algorithm as alg
@@ -225,7 +225,6 @@ def train_judge(cfg: Config, data: DatasetRef) -> tuple[np.ndarray, dict[str, fl
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     out_dir = Path(out_dir)
     phi_hat, summary = train_judge(cfg, data)
     task = load_task(data, phi_hat)
@@ -373,7 +372,6 @@ def active_spearman(curves: list[dict], i: int, key: str) -> float:
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     model_dir = Path(artifacts.model_dir)
     info = json.loads((model_dir / "rows.json").read_text())
     rows = [Row(**r) for r in info["rows"]]

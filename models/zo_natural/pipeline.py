@@ -79,7 +79,7 @@ from torch.utils.data import BatchSampler, DataLoader, RandomSampler, Sequential
 
 from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts
 from models.common import verdicts as V
-from models.common.lightning import fit, set_threads
+from models.common.lightning import fit
 from models.common.selection import early_stopping_callbacks, grid, learns_task, select_on_validation
 from models.zo_natural import data as data_mod
 from models.zo_natural import plots
@@ -186,7 +186,6 @@ def run_zo(cfg, t: dict[str, torch.Tensor], start: dict, natural: bool, lr: floa
 
 
 def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    set_threads()
     t = _tensors(data)
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
@@ -257,7 +256,6 @@ def _n_features(cfg, state: dict) -> int:
 
 
 def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    set_threads()
     t = _tensors(data)
     seeds, history, summary = _seeds(cfg), artifacts.history, artifacts.summary
     splits = _splits(t)
