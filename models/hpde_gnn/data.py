@@ -15,11 +15,11 @@ converted to the same layout.
 from __future__ import annotations
 
 import builtins
-import pickle
 from pathlib import Path
 
 import numpy as np
 
+from models.common import safe_pickle
 from models.common.arrays import save_npz  # noqa: F401 (re-exported for tests and pipeline)
 
 # BernNet's five target responses on the normalised-Laplacian spectrum lambda in [0, 2].
@@ -181,54 +181,38 @@ PLANETOID_PARTS = ("allx", "tx", "ally", "ty", "graph")
 _BUILTINS = ("list", "dict", "tuple", "set", "frozenset", "int", "float", "complex", "bool", "str", "bytes", "object")
 
 
-def _planetoid_classes() -> dict[tuple[str, str], object]:
+def _planetoid_globals() -> dict[tuple[str, str], object]:
     """Every (module, name) a Planetoid ``ind.*`` pickle needs, Python 2 and 3 spellings alike: numpy
     arrays and dtypes, scipy csr/csc matrices, the graph's dict of lists. Nothing that runs code."""
-    import codecs
     import collections
     import copyreg
 
     import scipy.sparse
 
-    reconstruct, scalar = np.ndarray.__reduce__(np.zeros(1))[0], np.float64(0).__reduce__()[0]
-    allowed: dict[tuple[str, str], object] = {("numpy", "ndarray"): np.ndarray, ("numpy", "dtype"): np.dtype}
-    for numpy_core in ("numpy.core.multiarray", "numpy._core.multiarray"):
-        allowed[numpy_core, "_reconstruct"], allowed[numpy_core, "scalar"] = reconstruct, scalar
+    allowed = safe_pickle.numpy_array_globals()
     for kind in ("csr", "csc"):
         for module in (f"scipy.sparse.{kind}", f"scipy.sparse._{kind}", "scipy.sparse"):
             allowed[module, f"{kind}_matrix"] = getattr(scipy.sparse, f"{kind}_matrix")
     allowed["collections", "defaultdict"] = collections.defaultdict
     allowed["collections", "OrderedDict"] = collections.OrderedDict
     allowed["copyreg", "_reconstructor"] = allowed["copy_reg", "_reconstructor"] = copyreg._reconstructor
-    allowed["_codecs", "encode"] = codecs.encode  # how protocols 0-2 spell bytes (an array's buffer)
     for name in _BUILTINS:
         allowed["builtins", name] = allowed["__builtin__", name] = getattr(builtins, name)
     return allowed
 
 
-class _PlanetoidUnpickler(pickle.Unpickler):
-    """``pickle.Unpickler`` whose ``find_class`` admits only ``_planetoid_classes``: a file naming any other
-    class (os.system, a torch object, ...) is refused before that object is built, so nothing of it runs."""
-
-    def __init__(self, file, path: Path):
-        super().__init__(file, encoding="latin1")  # the official files were written by Python 2
-        self.path, self.allowed = path, _planetoid_classes()
-
-    def find_class(self, module: str, name: str):
-        try:
-            return self.allowed[module, name]
-        except KeyError:
-            raise PlanetoidFormatError(
-                f"{self.path}: refusing to unpickle {module}.{name}; a Planetoid file may hold only numpy arrays, "
-                "scipy csr/csc matrices and dicts/lists of ints"
-            ) from None
-
-
 def read_planetoid_pickle(path: Path):
-    """One ``ind.<name>.<part>`` file through the restricted unpickler."""
+    """One ``ind.<name>.<part>`` file through the allow-list unpickler."""
+
+    def refuse(module: str, name: str) -> Exception:
+        return PlanetoidFormatError(
+            f"{path}: refusing to unpickle {module}.{name}; a Planetoid file may hold only numpy arrays, "
+            "scipy csr/csc matrices and dicts/lists of ints"
+        )
+
     try:
         with open(path, "rb") as fh:
-            return _PlanetoidUnpickler(fh, path).load()
+            return safe_pickle.load(fh, _planetoid_globals(), refuse)
     except FileNotFoundError:
         expected = ",".join((*PLANETOID_PARTS, "test.index"))
         raise PlanetoidFormatError(f"{path}: missing (a Planetoid folder holds ind.<name>.{{{expected}}})") from None

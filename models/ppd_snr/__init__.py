@@ -16,7 +16,7 @@ SPEC = MethodSpec(
     ),
     config=Config,
     impl="models.ppd_snr.pipeline",
-    dataset="ppd_gaussian",
+    dataset="ppd_snr",  # Gaussian, Student-t and real posteriordb parts
     primary_metric="method/abs_err_hardest",
     higher_is_better=False,
 )

@@ -1,7 +1,8 @@
 """No unpickling of arbitrary objects: every ``torch.load`` in the project passes ``weights_only=True``;
 no ``pickle``/``joblib``/``dill`` loads, no ``allow_pickle=True``, no third-party reader that unpickles user
-files (torch_geometric's Planetoid reader); the one ``pickle.Unpickler`` (Planetoid's ``ind.*`` files) is an
-allow-list subclass overriding ``find_class``; checkpoints resume under ``weights_only=True``."""
+files (torch_geometric's Planetoid reader); the one ``pickle.Unpickler`` (``models/common/safe_pickle.py``, for
+MNIST's and Planetoid's pickles) is an allow-list subclass overriding ``find_class``; checkpoints resume under
+``weights_only=True``."""
 
 import ast
 from pathlib import Path
@@ -84,6 +85,43 @@ def audit(source: str, where: str) -> list[str]:
 
 def test_sources_were_found():
     assert len(SOURCES) > 50
+
+
+def test_one_unpickler_in_the_project():
+    """Every pickle format goes through ``safe_pickle.load``: a second Unpickler subclass would be a second
+    allow-list to audit."""
+    subclasses = []
+    for path in SOURCES:
+        tree = ast.parse(path.read_text())
+        aliases = _aliases(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                if {_dotted(b, aliases) for b in node.bases} & {"pickle.Unpickler", "_pickle.Unpickler"}:
+                    subclasses.append(f"{path.relative_to(ROOT)}:{node.name}")
+    assert subclasses == ["models/common/safe_pickle.py:_AllowListUnpickler"]
+
+
+def test_safe_pickle_builds_arrays_and_refuses_anything_else():
+    import io
+    import os
+    import pickle
+
+    import numpy as np
+
+    from models.common import safe_pickle
+
+    class Refused(Exception):
+        pass
+
+    def refuse(module, name):
+        return Refused(f"{module}.{name}")
+
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.int64(7)]
+    for protocol in (0, 2, 4):  # the protocols of the official (Python 2 era) files and a later one
+        loaded = safe_pickle.load(io.BytesIO(pickle.dumps(arrays, protocol)), safe_pickle.numpy_array_globals(), refuse)
+        assert np.array_equal(loaded[0], arrays[0]) and loaded[1] == 7
+    with pytest.raises(Refused, match=r"(posix|os)\.system"):
+        safe_pickle.load(io.BytesIO(pickle.dumps(os.system)), safe_pickle.numpy_array_globals(), refuse)
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
