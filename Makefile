@@ -15,7 +15,7 @@ export PAPERLINE_ROOT := $(abspath .)
 # One pinned install: requirements/base.txt (direct needs, torch==2.13.0 CPU) constrained by
 # requirements/constraints.txt (the full resolved set, regenerated with `pip freeze`).
 REQUIREMENTS := -r requirements/base.txt -r requirements/methods.txt -c requirements/constraints.txt
-# uv installs that same pinned set in ~50 s where pip takes ~110 s. It reads none of pip's
+# uv installs that same pinned set in ~1 min (cold cache) where pip takes ~2 min. It reads none of pip's
 # configuration, so it is handed pip's find-links (where the CPU torch wheel lies) and index;
 # pip stays the fallback. --compile-bytecode writes the .pyc files at install as pip does: with
 # PYTHONDONTWRITEBYTECODE set (as on this machine) nothing would compile them later, and every
