@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks import env
+from tasks import env, prefect_db
 
 LOOPBACK = "127.0.0.1"
 PROBE_SECONDS = 3.0  # a loopback health check answers in milliseconds; longer means the server is stuck
@@ -218,6 +218,7 @@ def up(
         log = logs / f"{name}.log"
         server_env = os.environ.copy()
         if name == "prefect":
+            prefect_db.seed()
             # The UI's browser code calls this URL; its default is port 4200 whatever --port says.
             server_env.update(
                 env.prefect_server_env(host, port), PREFECT_UI_API_URL=f"{url}/api", PREFECT__SERVER_FINAL="1"
@@ -346,6 +347,8 @@ class TemporaryPrefect:
             **env.prefect_server_env(LOOPBACK, self.port),
             PARENT_VAR: str(os.getpid()),
         }
+        db = prefect_db.project_db()
+        self.migrates_new_db = db is not None and not prefect_db.seed() and not db.exists()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 _uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"),
@@ -357,6 +360,9 @@ class TemporaryPrefect:
 
     def wait_ready(self, timeout: float) -> None:
         _wait_healthy(self.api_url + "/health", self.proc, self.log, timeout)
+        if self.migrates_new_db:
+            prefect_db.save_template()
+            self.migrates_new_db = False
 
     def stop(self, timeout: float = 15.0) -> None:
         if self.proc.poll() is None:
