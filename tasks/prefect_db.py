@@ -50,9 +50,9 @@ def seed() -> bool:
     return True
 
 
-def save_template() -> None:
-    """Keep a consistent copy of the project DB (just migrated, no runs yet) as the template, once."""
-    db, target = project_db(), template()
+def save_template(db: Path | None) -> None:
+    """Keep a consistent copy of ``db`` (just migrated, no runs yet) as the template, once."""
+    target = template()
     if db is None or not db.is_file() or target.exists():
         return
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")

@@ -347,8 +347,8 @@ class TemporaryPrefect:
             **env.prefect_server_env(LOOPBACK, self.port),
             PARENT_VAR: str(os.getpid()),
         }
-        db = prefect_db.project_db()
-        self.migrates_new_db = db is not None and not prefect_db.seed() and not db.exists()
+        self.db = prefect_db.project_db()
+        self.migrates_new_db = self.db is not None and not prefect_db.seed() and not self.db.exists()
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 _uvicorn_prefect(LOOPBACK, self.port, "--log-level", "error"),
@@ -361,7 +361,7 @@ class TemporaryPrefect:
     def wait_ready(self, timeout: float) -> None:
         _wait_healthy(self.api_url + "/health", self.proc, self.log, timeout)
         if self.migrates_new_db:
-            prefect_db.save_template()
+            prefect_db.save_template(self.db)
             self.migrates_new_db = False
 
     def stop(self, timeout: float = 15.0) -> None:

@@ -1,15 +1,30 @@
-"""Integration fixtures: one Prefect test server per session, a migrated MLflow DB template."""
+"""Integration fixtures: one Prefect server per session, a migrated MLflow DB template."""
 
+import os
 import shutil
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
+def prefect_harness(tmp_path_factory):
+    """The temporary Prefect server `paperline run` starts, on its own DB (one per xdist worker).
 
-    with prefect_test_harness(server_startup_timeout=600):
+    Its DB starts from the migrated template (`tasks/prefect_db.py`): Prefect's own test harness
+    migrated a new DB in every worker (12-19 s each)."""
+    from tasks import servers
+
+    root = tmp_path_factory.mktemp("prefect-server")
+    previous = os.environ.get("PREFECT_HOME")
+    os.environ["PREFECT_HOME"] = str(root / ".paperline" / "prefect")  # the server's DB, not the checkout's
+    try:
+        server = servers.TemporaryPrefect(root)
+    finally:
+        if previous is None:
+            os.environ.pop("PREFECT_HOME", None)
+        else:
+            os.environ["PREFECT_HOME"] = previous
+    with servers.shared_temporary_prefect(server):
         yield
 
 

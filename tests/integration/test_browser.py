@@ -23,7 +23,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-# One xdist worker for the module: its servers and browser (module fixtures) start once, not once per worker.
+# One xdist worker for the module: its servers and runs (session fixtures) start once, not once per worker;
+# module scope rebuilt them for the second test whenever xdist ran another module's tests in between (~70 s).
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -99,7 +100,7 @@ class Api:
         return found[0]["data"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def live(tmp_path_factory):
     if CHROMIUM is None:
         # A missing browser is a broken install, not a pass: `make test` installs Debian's chromium.
@@ -152,7 +153,7 @@ def live(tmp_path_factory):
             os.killpg(int(item["pid"]), 0)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def nightly(live):
     """A crippled first version, a nightly that beats it, and a crippled nightly that must not."""
     api = live["api"]

@@ -66,7 +66,7 @@ def test_seed_never_replaces_a_db_nor_a_configured_database(isolated, monkeypatc
         con.execute("CREATE TABLE alembic_version (version_num TEXT)")
         con.execute("INSERT INTO alembic_version VALUES ('v1')")
         con.commit()
-    prefect_db.save_template()
+    prefect_db.save_template(db)
     assert _alembic_version(prefect_db.template()) == "v1"
 
     isolated("existing")
