@@ -21,7 +21,7 @@ REQUIREMENTS := -r requirements/base.txt -r requirements/methods.txt -c requirem
 # uv installs that same pinned set in ~1 min (cold cache) where pip takes ~2 min. It reads none of pip's
 # configuration, so it is handed pip's find-links (where the CPU torch wheel lies) and index;
 # pip stays the fallback. Byte-code is written on first import, not at install: compiling all 266
-# packages (`--compile-bytecode`) took ~55 s of the install, while a run imports a fraction of them.
+# packages (`--compile-bytecode`) took ~35 s of the install, while a run imports a fraction of them.
 UV_VERSION := 0.13.9
 PIP_FIND_LINKS ?= $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
 PIP_INDEX_URL ?= $(shell $(PYTHON) -m pip config get global.index-url 2>/dev/null)

@@ -2,7 +2,7 @@
 
     python benchmarks/machine_speed.py [--repeats 5]
 
-This project's machines are shared hosts whose speed drifts: the same `make run` took 10-17 min on
+This project's machines are shared hosts whose speed drifts: the same `make run` took 11-19 min on
 different days with identical results. Two fixed single-threaded workloads, the kind the methods
 spend their time in, make timings from different days comparable: a small Conv1d/MLP network
 trained with Adam (torch fwd/bwd) and a pure-Python loop (orchestration, data handling). The best of

@@ -1,6 +1,5 @@
 """Integration fixtures: one Prefect server per session, a migrated MLflow DB template."""
 
-import os
 import shutil
 
 import pytest
@@ -15,15 +14,9 @@ def prefect_harness(tmp_path_factory):
     from tasks import servers
 
     root = tmp_path_factory.mktemp("prefect-server")
-    previous = os.environ.get("PREFECT_HOME")
-    os.environ["PREFECT_HOME"] = str(root / ".paperline" / "prefect")  # the server's DB, not the checkout's
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREFECT_HOME", str(root / ".paperline" / "prefect"))  # the server's DB, not the checkout's
         server = servers.TemporaryPrefect(root)
-    finally:
-        if previous is None:
-            os.environ.pop("PREFECT_HOME", None)
-        else:
-            os.environ["PREFECT_HOME"] = previous
     with servers.shared_temporary_prefect(server):
         yield
 

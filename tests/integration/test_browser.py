@@ -23,8 +23,8 @@ import pytest
 
 from tests.conftest import ROOT
 
-# One xdist worker for the module: its servers and runs (session fixtures) start once, not once per worker;
-# module scope rebuilt them for the second test whenever xdist ran another module's tests in between (~70 s).
+# One xdist worker for the module (its group), and session fixtures: the servers and runs (~60 s) are built
+# once whatever order the worker runs its tests in.
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
