@@ -234,17 +234,20 @@ class TrainedArtifacts:
     ``history`` maps a variant name ("method", "baseline", "baseline_spectral", "method_seed1"...)
     to its learning curve: a list of ``{"step": int, <metric>: float, ...}`` records, logged
     to MLflow as that variant's nested run under ``train/``. ``summary`` holds final
-    training figures (also logged under ``train/``).
+    training figures (also logged under ``train/``). ``evidence`` is what the selection and
+    early-stopping helpers recorded during the step (``models.common.evidence``; the train step
+    fills it in), read by the verdict diagnostics.
     """
 
     model_dir: Path
     history: dict[str, list[dict[str, float]]] = field(default_factory=dict)
     summary: dict[str, float] = field(default_factory=dict)
+    evidence: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     FILE: ClassVar[str] = "train.json"
 
     def save(self) -> None:
-        payload = {"history": self.history, "summary": self.summary}
+        payload = {"history": self.history, "summary": self.summary, "evidence": self.evidence}
         (self.model_dir / self.FILE).write_text(json.dumps(payload, indent=1, default=float))
 
     @classmethod
@@ -253,24 +256,99 @@ class TrainedArtifacts:
         if not path.is_file():
             raise FileNotFoundError(f"no trained model at {model_dir} (missing {cls.FILE}); run the train step first")
         payload = json.loads(path.read_text())
-        return cls(Path(model_dir), payload["history"], payload["summary"])
+        return cls(Path(model_dir), payload["history"], payload["summary"], payload.get("evidence", {}))
 
 
 @dataclass
 class Metrics:
-    """Flat metric dict (keys like ``method/acc_clean``, ``baseline/acc_clean``) plus figure paths.
+    """Flat metric dict (keys like ``method/acc_clean``, ``baseline/acc_clean``), figure paths, and the
+    per-unit values the claim's intervals are taken over.
 
-    The spine prefixes keys with ``eval/`` when logging; methods must not.
+    ``units[metric][arm][label]`` holds one number per paired unit (``seed0``, ``split3``); add them with
+    ``add_units`` and read them back aligned with ``paired``. The spine flattens them into ``values`` as
+    ``<arm>/<label>/<metric>`` (``unit_values``) for ``metrics.json`` and MLflow; methods never build such
+    keys by hand. The spine prefixes keys with ``eval/`` when logging; methods must not.
     """
 
     values: dict[str, float]
     figures: list[Path] = field(default_factory=list)
+    units: dict[str, dict[str, dict[str, float]]] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> float:
         return self.values[key]
 
     def non_finite(self) -> list[str]:
-        return [k for k, v in self.values.items() if not math.isfinite(float(v))]
+        return [k for k, v in {**self.values, **self.unit_values()}.items() if not math.isfinite(float(v))]
+
+    def add_units(self, metric: str, arm: str, values: Any, labels: Sequence[str] | None = None) -> None:
+        """Record ``arm``'s per-unit ``values`` of ``metric``: a ``UnitValues``, or numbers with their ``labels``."""
+        if labels is None:
+            labels = getattr(values, "labels", None)
+            if labels is None:
+                raise ValueError(f"units of {arm}/{metric}: give the unit labels (or a UnitValues)")
+        numbers = [float(x) for x in (values.values if hasattr(values, "labels") else values)]
+        labels = [str(x) for x in labels]
+        if len(labels) != len(numbers) or len(set(labels)) != len(labels):
+            raise ValueError(f"units of {arm}/{metric}: {len(numbers)} values for labels {labels}")
+        for part, what in ((metric, "metric"), (arm, "arm")):
+            if not part or part != part.strip():
+                raise ValueError(f"units: {what} name {part!r} is empty or padded")
+        if any("/" in x or not x for x in labels):
+            raise ValueError(f"units of {arm}/{metric}: labels {labels} must be non-empty and contain no '/'")
+        arms = self.units.setdefault(metric, {})
+        if arm in arms:
+            raise ValueError(f"units of {arm}/{metric} recorded twice")
+        arms[arm] = dict(zip(labels, numbers))
+
+    def unit(self, metric: str, arm: str):
+        """``arm``'s per-unit values of ``metric`` as a ``UnitValues``."""
+        from models.common.units import UnitValues
+
+        try:
+            per_unit = self.units[metric][arm]
+        except KeyError:
+            have = {m: sorted(a) for m, a in self.units.items()}
+            raise KeyError(f"no per-unit values of {metric!r} for arm {arm!r}; recorded: {have}") from None
+        return UnitValues(list(per_unit), list(per_unit.values()))
+
+    def paired(self, metric: str, *arms: str) -> dict[str, Any]:
+        """The per-unit values of ``metric`` for ``arms``, aligned on one label order; refuses arms whose
+        units differ (a seed missing from one arm is an error, never dropped)."""
+        from models.common.units import UnitsNotAligned, UnitValues
+
+        if not arms:
+            arms = tuple(self.units.get(metric, {}))
+        first = self.unit(metric, arms[0])
+        out = {arms[0]: first}
+        for arm in arms[1:]:
+            other = self.units[metric].get(arm) if metric in self.units else None
+            if other is None:
+                self.unit(metric, arm)  # raises the KeyError naming what exists
+            if set(other) != set(first.labels):
+                raise UnitsNotAligned(
+                    f"{metric}: arm {arm!r} has units {sorted(other)}, arm {arms[0]!r} has {sorted(first.labels)}"
+                )
+            out[arm] = UnitValues(first.labels, [other[label] for label in first.labels])
+        return out
+
+    def unit_values(self) -> dict[str, float]:
+        """Every per-unit value under its flat key ``<arm>/<label>/<metric>``."""
+        return {
+            f"{arm}/{label}/{metric}": value
+            for metric, arms in self.units.items()
+            for arm, per_unit in arms.items()
+            for label, value in per_unit.items()
+        }
+
+    def flat(self) -> dict[str, float]:
+        """``values`` and the flattened per-unit values together (what ``metrics.json`` holds); a per-unit
+        key that ``values`` already holds with another number is an error."""
+        flat = dict(self.values)
+        for key, value in self.unit_values().items():
+            if key in flat and flat[key] != value and not (math.isnan(flat[key]) and math.isnan(value)):
+                raise ValueError(f"metric {key!r} is both a per-unit value ({value}) and a value ({flat[key]})")
+            flat[key] = value
+        return flat
 
 
 State = Literal["holds", "fails", "inconclusive"]
@@ -307,11 +385,18 @@ class Criterion:
     interval: str = "exact"  # "t", "bootstrap", "clopper-pearson", "exact"
     paper: str = ""  # the paper's reported number in this setting, with its source, where known
     reason: str = ""  # why the state is what it is, where the numbers do not say it
+    labels: tuple[str, ...] = ()  # the paired units (seed0, split3, ...), in order
+    unit_values: tuple[float, ...] = ()  # per-unit numbers the estimate is the mean of (a t interval's units)
+    covers: tuple[str, ...] = ()  # the random draws the units vary: "training seed", "data split", ...
+    not_covered: tuple[str, ...] = ()  # draws the result depends on that every unit shares (held fixed)
 
     def __post_init__(self) -> None:
         for key in ("estimate", "low", "high", "threshold"):  # numpy scalars -> float, so JSON and checks agree
             object.__setattr__(self, key, float(getattr(self, key)))
         object.__setattr__(self, "n_units", int(self.n_units))
+        for key in ("labels", "covers", "not_covered"):
+            object.__setattr__(self, key, tuple(str(x) for x in getattr(self, key)))
+        object.__setattr__(self, "unit_values", tuple(float(x) for x in self.unit_values))
         if self.direction not in (">=", ">", "<=", "<"):
             raise ValueError(f"criterion {self.name!r}: direction {self.direction!r} is not one of >=, >, <=, <")
         if not self.name or "/" in self.name:
@@ -356,11 +441,13 @@ class Criterion:
         return f"{self.name}: {f(self.estimate)}{interval} {self.direction} {f(self.threshold)} -> {self.state}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "state": self.state}
+        """JSON-native (tuples as lists), so every view of a criterion compares equal."""
+        payload = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        return {**payload, "state": self.state}
 
     @classmethod
     def from_dict(cls, payload: Mapping[str, Any]) -> Criterion:
-        fields = {k: v for k, v in payload.items() if k != "state"}
+        fields = {k: v for k, v in payload.items() if k not in ("state", "units_to_decide")}
         for key in ("estimate", "low", "high", "threshold"):
             fields[key] = float(fields[key])
         return cls(**fields)
@@ -376,6 +463,93 @@ def verdict_of(criteria: Sequence[Criterion]) -> State:
     return "holds" if all(s == "holds" for s in states) else "inconclusive"
 
 
+@dataclass(frozen=True)
+class Control:
+    """A negative control: a deliberately broken variant (the mechanism removed or weakened: too few
+    samples, a random projection, the baseline labelled as the method) scored by the rule of the deciding
+    criterion ``of``, at the same budget. It must not hold; when it does, that criterion cannot tell the
+    method from the broken variant, and the claim cannot hold."""
+
+    of: str  # the name of the deciding criterion it shadows
+    broken: str  # what was removed or weakened, in words
+    criterion: Criterion  # the same statistic, threshold and direction, measured on the broken variant
+
+    @property
+    def passes(self) -> bool:
+        return self.criterion.state == "holds"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"of": self.of, "broken": self.broken, "criterion": self.criterion.to_dict()}
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> Control:
+        return cls(payload["of"], payload["broken"], Criterion.from_dict(payload["criterion"]))
+
+
+@dataclass(frozen=True)
+class Separation:
+    """Where the compared arms sit on a bounded metric. When every arm is within ``margin`` of the
+    metric's ``ceiling`` (or of its ``floor``, e.g. chance) the task cannot separate them: saturated."""
+
+    metric: str  # what is compared, e.g. "held-out success"
+    arms: Mapping[str, float]  # each compared arm's value (the mean over units)
+    floor: float | None = None  # the worst reachable value (chance, 0 success)
+    ceiling: float | None = None  # the best reachable value (1.0 accuracy, 0 error)
+    margin: float = 0.02
+
+    @property
+    def saturated(self) -> str:
+        """``"ceiling"``, ``"floor"`` or ``""``."""
+        values = [float(v) for v in self.arms.values()]
+        if not values or not all(math.isfinite(v) for v in values):
+            return ""
+        for end, name in ((self.ceiling, "ceiling"), (self.floor, "floor")):
+            if end is not None and all(abs(v - end) <= self.margin for v in values):
+                return name
+        return ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "arms": dict(self.arms)}
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> Separation:
+        return cls(**{k: v for k, v in payload.items() if k != "saturated"})
+
+
+FlagKind = Literal["set-up", "budget", "check", "units", "error"]
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A diagnostic the platform raised on a verdict: something other than the method may decide it.
+
+    ``code`` is one of ``grid_edge``, ``no_eligible_point``, ``still_improving``, ``saturated``,
+    ``control_passes``, ``control_inconclusive``, ``no_control``, ``not_covered``; ``subject`` the arm or
+    criterion it concerns. ``explanation`` is the claim's own account of it (``ClaimResult.explained``):
+    an explained flag is still shown, and the verdict is still not decided by the method alone."""
+
+    kind: FlagKind
+    code: str
+    subject: str
+    text: str
+    explanation: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.code}:{self.subject}"
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}: {self.text}" + (" (explained)" if self.explanation else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, payload: Mapping[str, Any]) -> Flag:
+        return cls(**payload)
+
+
 @dataclass
 class ClaimResult:
     """The paper's claim measured.
@@ -384,6 +558,13 @@ class ClaimResult:
     decide the ``verdict``; ``sanity`` the must-pass checks (any False fails the run and blocks
     promotion); ``figures`` further measured numbers worth logging (``claim/<name>``), not part
     of the verdict. A claim that does not hold is a result, not an error.
+
+    What the verdict diagnostics read besides the training evidence: ``controls``, the negative
+    controls (a passing control keeps the claim from holding); ``separations``, where the compared arms
+    sit on bounded metrics (saturation); ``explained``, the claim's account of flags it cannot remove
+    within the budget, keyed by a flag's ``key`` (``still_improving:otter/fine-tuned``) or its ``code``.
+    ``diagnostics`` (the flags) and ``power`` (units that would decide each inconclusive criterion) are
+    filled in by the platform (``tasks.diagnostics``), never by a method.
     """
 
     statement: str
@@ -391,15 +572,27 @@ class ClaimResult:
     sanity: dict[str, bool] = field(default_factory=dict)
     figures: dict[str, float] = field(default_factory=dict)
     notes: str = ""
+    controls: list[Control] = field(default_factory=list)
+    separations: list[Separation] = field(default_factory=list)
+    explained: dict[str, str] = field(default_factory=dict)
+    diagnostics: list[Flag] = field(default_factory=list)
+    power: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.criteria]
         if len(set(names)) != len(names):
             raise ValueError(f"claim criteria names repeat: {names}")
+        for control in self.controls:
+            if control.of not in names:
+                raise ValueError(f"control of {control.of!r}: no such criterion; criteria: {names}")
 
     @property
     def verdict(self) -> State:
-        return verdict_of(self.criteria)
+        """The criteria's verdict; one that would hold is inconclusive while a negative control holds too."""
+        verdict = verdict_of(self.criteria)
+        if verdict == "holds" and any(c.passes for c in self.controls):
+            return "inconclusive"
+        return verdict
 
     @property
     def holds(self) -> bool:
@@ -408,6 +601,15 @@ class ClaimResult:
     @property
     def sane(self) -> bool:
         return all(self.sanity.values())
+
+    @property
+    def decided_by(self) -> str:
+        """``method`` when the diagnostics raised no flag, else the flags, ``; ``-separated."""
+        return "; ".join(f.label for f in self.diagnostics) if self.diagnostics else "method"
+
+    @property
+    def unexplained(self) -> list[Flag]:
+        return [f for f in self.diagnostics if not f.explanation]
 
     def criterion(self, name: str) -> Criterion:
         for c in self.criteria:
@@ -419,10 +621,16 @@ class ClaimResult:
         return {
             "statement": self.statement,
             "verdict": self.verdict,
+            "decided_by": self.decided_by,
             "criteria": [c.to_dict() for c in self.criteria],
             "sanity": dict(self.sanity),
             "figures": dict(self.figures),
             "notes": self.notes,
+            "controls": [c.to_dict() for c in self.controls],
+            "separations": [s.to_dict() for s in self.separations],
+            "explained": dict(self.explained),
+            "diagnostics": [f.to_dict() for f in self.diagnostics],
+            "power": dict(self.power),
         }
 
     @classmethod
@@ -433,6 +641,11 @@ class ClaimResult:
             dict(payload.get("sanity", {})),
             dict(payload.get("figures", {})),
             payload.get("notes", ""),
+            [Control.from_dict(c) for c in payload.get("controls", [])],
+            [Separation.from_dict(s) for s in payload.get("separations", [])],
+            dict(payload.get("explained", {})),
+            [Flag.from_dict(f) for f in payload.get("diagnostics", [])],
+            dict(payload.get("power", {})),
         )
 
 
@@ -462,7 +675,10 @@ class MethodSpec:
 
 __all__ = [
     "ClaimResult",
+    "Control",
     "Criterion",
+    "Flag",
+    "Separation",
     "DATA_SOURCES",
     "DatasetError",
     "DatasetRef",

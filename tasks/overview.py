@@ -39,6 +39,10 @@ class MethodStatus:
     data_provenance: str | None = None
     data_sha256: str | None = None
     failure: str | None = None
+    decided_by: str | None = None  # "method", or the diagnostics' flags (tasks.diagnostics)
+    flags: list[dict] = field(default_factory=list)  # Flag.to_dict() each
+    power: dict[str, float] = field(default_factory=dict)  # units that would decide each inconclusive criterion
+    host: dict[str, str] = field(default_factory=dict)  # the run's host fingerprint (tasks.host)
     decision: str | None = None
     version: str | None = None
     champion: str | None = None
@@ -53,8 +57,15 @@ def latest_pipeline_run(c, spec: MethodSpec):
     exp = c.get_experiment_by_name(tracking.experiment_name(spec))
     if exp is None:
         return None
-    runs = c.search_runs([exp.experiment_id], order_by=["attributes.start_time DESC"], max_results=50)
-    return next((r for r in runs if "mlflow.parentRunId" not in r.data.tags), None)
+    # Only pipeline (parent) runs carry the scale tag; a filter, not a scan of the newest N runs, so a
+    # method with hundreds of nested runs is still found.
+    runs = c.search_runs(
+        [exp.experiment_id],
+        f"tags.`{tracking.TAG}.scale` LIKE '%'",
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
+    return runs[0] if runs else None
 
 
 def latest(c, spec: MethodSpec) -> MethodStatus:
@@ -77,12 +88,20 @@ def latest(c, spec: MethodSpec) -> MethodStatus:
         k.removeprefix("claim/"): v
         for k, v in sorted(metrics.items())
         if k.startswith("claim/")
-        and k not in ("claim/verdict", "claim/sane")
+        and k not in ("claim/verdict", "claim/sane", "claim/flags", "claim/decided_by_method")
         and not any(k.startswith(p) for p in criterion_keys)
     }
     out.dataset, out.data_source = tags.get("paperline.dataset"), tags.get("paperline.data_source")
     out.data_provenance, out.data_sha256 = tags.get("paperline.data_provenance"), tags.get("paperline.data_sha256")
     out.failure = tags.get("paperline.failure")
+    out.decided_by = tags.get(f"{tracking.TAG}.decided_by")
+    out.flags = tracking.flags_from_tags(tags)
+    try:
+        out.power = json.loads(tags.get(f"{tracking.TAG}.power", "{}"))
+    except json.JSONDecodeError:
+        out.power = {}
+    prefix = f"{tracking.TAG}.host."
+    out.host = {k.removeprefix(prefix): v for k, v in tags.items() if k.startswith(prefix)}
     out.decision = tags.get("paperline.decision_reason")
     out.version = tags.get("paperline.model_version")
     out.champion = promotion.alias_version(c, spec, promotion.CHAMPION)
@@ -103,7 +122,18 @@ def _verdict(value: str | None) -> str:
 
 def status_table(items: list[MethodStatus], criteria: bool = True) -> str:
     """One line per method; with ``criteria``, each criterion (estimate [interval] vs threshold) beneath it."""
-    header = ("method", "last run", "status", "scale", "verdict", "must-pass", "data", "champion", "challenger")
+    header = (
+        "method",
+        "last run",
+        "status",
+        "scale",
+        "verdict",
+        "decided by",
+        "must-pass",
+        "data",
+        "champion",
+        "challenger",
+    )
     body = [
         (
             s.method,
@@ -111,6 +141,7 @@ def status_table(items: list[MethodStatus], criteria: bool = True) -> str:
             s.status or "-",
             s.scale or "-",
             _verdict(s.verdict),
+            decided_by_short(s),
             "-" if s.sane is None else ("pass" if s.sane else "FAIL"),
             f"{s.dataset} ({s.data_source})" if s.dataset else "-",
             f"v{s.champion}" if s.champion else "-",
@@ -129,7 +160,15 @@ def status_table(items: list[MethodStatus], criteria: bool = True) -> str:
         lines.append(line(r))
         if criteria:
             lines += [f"    {report.criterion_line(c)}" for c in s.criteria]
+            lines += [f"    flag {report.flag_line(f)}" for f in s.flags]
     return "\n".join(lines)
+
+
+def decided_by_short(s: MethodStatus) -> str:
+    """``method``, or the flag kinds with counts (``budget x2, set-up``); ``-`` before any run."""
+    if s.decided_by is None:
+        return "-"
+    return report.decided_by_short(s.flags)
 
 
 # ----------------------------------------------------------------------------------- the report
@@ -167,7 +206,8 @@ padding:.35rem .5rem;vertical-align:top;text-align:left}th{background:#f3f3f3}
 .holds{background:#1a7f37}.fails{background:#b42318}.inconclusive{background:#9a6700}.none{background:#888}
 .FAIL{color:#a11;font-weight:600}.real{color:#0a5;font-weight:600}.synthetic{color:#a60;font-weight:600}
 figure{display:inline-block;margin:.5rem;max-width:45%}figure img{max-width:100%;border:1px solid #ddd}
-figcaption{font-size:.8rem;color:#555}section{margin-top:2.5rem;border-top:1px solid #ddd}code{font-size:.85rem}
+figcaption{font-size:.8rem;color:#555}.method{color:#1a7f37;font-weight:600}.top{font-size:1.1rem}
+.flags li{margin:.2rem 0}.host{font-size:.85rem;color:#555}section{margin-top:2.5rem;border-top:1px solid #ddd}code{font-size:.85rem}
 .index{display:flex;flex-wrap:wrap;gap:.4rem;margin:1rem 0}.index a{text-decoration:none;border:1px solid #ddd;
 padding:.3rem .6rem;border-radius:.4rem;color:#222}.claim{font-size:1.05rem}
 """
@@ -218,6 +258,29 @@ def _criteria_table(criteria: list[dict]) -> str:
     )
 
 
+def _diagnostics_html(s: MethodStatus) -> str:
+    """The run's diagnostics: decided by the method, or each flag (with the claim's explanation); the units
+    that would decide each inconclusive criterion; the host it ran on."""
+    if s.decided_by is None:
+        return ""
+    if s.flags:
+        flags = "".join(f"<li>{html.escape(report.flag_line(f))}</li>" for f in s.flags)
+        body = f"<p><b>Decided by:</b> not the method alone &mdash;</p><ul class='flags'>{flags}</ul>"
+    else:
+        body = "<p><b>Decided by:</b> the method (no diagnostic flag).</p>"
+    power = [
+        f"{name}: {'unknown' if n != n else ('never at this effect' if n == float('inf') else f'~{int(n)} units')}"
+        for name, n in s.power.items()
+    ]
+    if power:
+        body += f"<p><b>Units that would decide the inconclusive criteria:</b> {html.escape('; '.join(power))}</p>"
+    if s.host:
+        from tasks import host
+
+        body += f"<p class='host'><b>Host:</b> {html.escape(host.describe(s.host))}</p>"
+    return f"<div class='diagnostics'>{body}</div>"
+
+
 def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_dir: Path, ui_base: str) -> str:
     def run_link(s: MethodStatus) -> str:
         if not s.run_id:
@@ -238,6 +301,7 @@ def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_d
                 [
                     f'<td><a href="#{s.method}">{html.escape(s.method)}</a></td>',
                     f"<td>{_badge(s.verdict)}</td>",
+                    _cell(decided_by_short(s), "method" if s.decided_by == "method" else ""),
                     _cell(sane, sane),
                     _cell(f"{s.dataset or '-'} ({s.data_source or '-'})", s.data_source or ""),
                     _cell(s.status or "never run"),
@@ -260,6 +324,7 @@ def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_d
             notes.append(f"<p class='FAIL'>Run failed: {html.escape(s.failure or 'a must-pass check failed')}</p>")
         if s.decision:
             notes.append(f"<p><b>Promotion:</b> {html.escape(s.decision)}</p>")
+        notes.append(_diagnostics_html(s))
         data = (
             f"<p><b>Data:</b> <code>{html.escape(s.dataset)}</code> "
             f"<span class='{html.escape(s.data_source or '')}'>{html.escape(s.data_source or 'unspecified')}</span>"
@@ -277,14 +342,22 @@ def render_html(items: list[MethodStatus], figures: dict[str, list[Path]], out_d
         )
     stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
     summary = ", ".join(f"{n} {v}" for v, n in counts.items())
+    ran = [s for s in items if s.decided_by is not None]
+    by_method = sum(s.decided_by == "method" for s in ran)
+    top = (
+        f"<p class='top'><b>{by_method} of {len(ran)} verdicts decided by the method</b> (no diagnostic flag); "
+        f"{len(ran) - by_method} flagged: the set-up, the budget, a check or the units may decide them "
+        "(each flag is listed under its method).</p>"
+    )
     return (
         f"<!doctype html><html><head><meta charset='utf-8'><title>paperline report</title>"
         f"<style>{_STYLE}</style></head><body><h1>paperline report</h1>"
         f"<p>Latest pipeline run of every method, read from MLflow on {stamp}: {summary}. A verdict holds when every "
         "criterion's 95 % interval lies on its passing side, fails when any lies wholly on the failing side, and is "
         "inconclusive otherwise.</p>"
-        f"<nav class='index'>{index}</nav>"
-        "<table class='overview'><thead><tr><th>method</th><th>verdict</th><th>must-pass</th><th>data</th>"
+        f"{top}<nav class='index'>{index}</nav>"
+        "<table class='overview'><thead><tr><th>method</th><th>verdict</th><th>decided by</th><th>must-pass</th>"
+        "<th>data</th>"
         "<th>run status</th><th>champion</th><th>MLflow run</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table>"

@@ -29,6 +29,8 @@ class PublishResult:
     reason: str
     dataset: str = ""
     data_source: str = ""
+    decided_by: str = "method"  # or the diagnostics' flags (tasks.diagnostics)
+    flags: tuple[dict, ...] = ()  # Flag.to_dict() each
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -96,6 +98,8 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
         failed_checks=failed,
         dataset=data.name,
         data_source=data.source,
+        decided_by=claim.decided_by,
+        flags=tuple(f.to_dict() for f in claim.diagnostics),
     )
     if failed:
         reason = f"must-pass checks failed: {', '.join(failed)}; no version registered"

@@ -12,8 +12,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 # The decision comes before the long figures, so narrow views (the Prefect UI) show it unscrolled.
-COLUMNS = ("method", "verdict", "must-pass", "version", "champion", "decision", "criteria", "data", "MLflow run")
-TEXT_COLUMNS = ("method", "verdict", "must-pass", "version", "champion", "data")
+COLUMNS = (
+    "method",
+    "verdict",
+    "decided by",
+    "must-pass",
+    "version",
+    "champion",
+    "decision",
+    "criteria",
+    "data",
+    "MLflow run",
+)
+TEXT_COLUMNS = ("method", "verdict", "decided by", "must-pass", "version", "champion", "data")
 VERDICT_WORDS = {"holds": "holds", "fails": "FAILS", "inconclusive": "inconclusive"}
 
 
@@ -43,12 +54,28 @@ def criterion_line(c: Mapping[str, Any]) -> str:
     )
 
 
+def flag_line(f: Mapping[str, Any]) -> str:
+    """``budget: otter/fine-tuned still improving ... (explained: ...)``."""
+    text = f"{f.get('kind', '?')}: {f.get('text', '?')}"
+    return text + (f" (explained: {f['explanation']})" if f.get("explanation") else "")
+
+
+def decided_by_short(flags: Iterable[Mapping[str, Any]]) -> str:
+    """``method`` when no flag was raised, else the flag kinds with counts: ``budget x2, set-up``."""
+    kinds: dict[str, int] = {}
+    for f in flags:
+        kinds[f.get("kind", "?")] = kinds.get(f.get("kind", "?"), 0) + 1
+    if not kinds:
+        return "method"
+    return ", ".join(k if n == 1 else f"{k} x{n}" for k, n in kinds.items())
+
+
 def rows(results: Iterable[dict[str, Any]]) -> list[tuple[str, ...]]:
     out = []
     for r in results:
         if "error" in r:
             out.append(
-                (r["method"], "-", "ERROR", "-", "-", "run failed", r["error"][:80], "-", r.get("run_id") or "-")
+                (r["method"], "-", "-", "ERROR", "-", "-", "run failed", r["error"][:80], "-", r.get("run_id") or "-")
             )
             continue
         checks = "pass" if r["sane"] else "FAIL: " + ", ".join(r["failed_checks"])
@@ -56,6 +83,7 @@ def rows(results: Iterable[dict[str, Any]]) -> list[tuple[str, ...]]:
             (
                 r["method"],
                 VERDICT_WORDS.get(r["verdict"], r["verdict"]),
+                decided_by_short(r.get("flags", [])),
                 checks,
                 f"v{r['version']}" if r["version"] else "-",
                 f"v{r['champion_version']}" if r["champion_version"] else "-",
@@ -86,13 +114,19 @@ def text_table(results: Iterable[dict[str, Any]]) -> str:
             lines.append(f"    error: {result['error'][:300]}")
             continue
         lines += [f"    {criterion_line(c)}" for c in result["criteria"]]
+        lines += [f"    flag {flag_line(f)}" for f in result.get("flags", [])]
     return "\n".join(lines)
 
 
 def markdown_table(results: Iterable[dict[str, Any]], claims: dict[str, str] | None = None) -> str:
+    results = list(results)
     body = rows(results)
     md = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     md += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in body]
+    flagged = [r for r in results if r.get("flags")]
+    if flagged:
+        md += ["", "**What else may decide a verdict (diagnostics)**", ""]
+        md += [f"- `{r['method']}`: " + "; ".join(flag_line(f) for f in r["flags"]) for r in flagged]
     if claims:
         md += ["", "**Claims checked**", ""] + [f"- `{m}`: {c}" for m, c in claims.items()]
     return "\n".join(md)

@@ -30,7 +30,8 @@ from models.base import (
     read_dataset,
     write_manifest,
 )
-from models.common import runtime
+from models.common import evidence, runtime
+from tasks import diagnostics
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,11 @@ def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
     module = spec.module()
     runtime.set_threads()
     runtime.seed_everything(cfg.seed)
-    with runtime.checkpointing(checkpoints):
+    with runtime.checkpointing(checkpoints), evidence.recording() as recorded:
         artifacts = module.train(cfg, data, staging)
+    # What the selection and early-stopping helpers recorded, for the verdict diagnostics.
+    own = evidence.Evidence.from_dict(artifacts.evidence)
+    artifacts.evidence = evidence.Evidence(own.fits + recorded.fits, own.selections + recorded.selections).to_dict()
     artifacts.summary.setdefault("seconds", time.perf_counter() - started)
     artifacts.model_dir = staging
     artifacts.save()
@@ -180,9 +184,12 @@ def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, 
     runtime.seed_everything(cfg.seed)
     metrics = module.evaluate(cfg, data, artifacts, layout.out_dir)
     result = module.claim(cfg, metrics)
+    diagnostics.diagnose(result, evidence.Evidence.from_dict(artifacts.evidence))
     # A NaN estimate already fails its criterion (models.base.Criterion.state); figures must be finite too.
     bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
     result.sanity.setdefault("finite_metrics", not bad)
+    # The per-unit values join the flat keys (<arm>/<label>/<metric>) that metrics.json and MLflow hold.
+    metrics.values = metrics.flat()
     layout.metrics_file.write_text(json.dumps(metrics.values, indent=2, sort_keys=True, default=float))
     layout.claim_file.write_text(json.dumps(result.to_dict(), indent=2, default=float))
     return metrics, result

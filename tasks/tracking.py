@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 
 from models.base import ClaimResult, DatasetRef, MethodConfig, MethodSpec, Metrics, TrainedArtifacts
+from tasks import host
 
 TAG = "paperline"
 
@@ -121,17 +122,28 @@ def close_dead_runs(c, experiment_id: str) -> list[str]:
     loss): the next run of the method says what happened to them instead of leaving them open."""
     from tasks import env
 
-    host = socket.gethostname()
+    hostname = socket.gethostname()
     closed = []
-    for run in c.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=200):
+    for run in all_runs(c, experiment_id, "attributes.status = 'RUNNING'"):
         tags = run.data.tags
         pid = tags.get(f"{TAG}.pid", "")
-        if tags.get(f"{TAG}.host") != host or not pid.isdigit() or env.pid_alive(int(pid)):
+        if tags.get(f"{TAG}.host") != hostname or not pid.isdigit() or env.pid_alive(int(pid)):
             continue
         c.set_tag(run.info.run_id, f"{TAG}.failure", f"process {pid} died before the run finished")
         c.set_terminated(run.info.run_id, status="KILLED")
         closed.append(run.info.run_id)
     return closed
+
+
+def all_runs(c, experiment_id: str, filter_string: str = "", order_by: list[str] | None = None):
+    """Every run of an experiment matching ``filter_string``, page by page (no ``max_results`` cut-off)."""
+    token = None
+    while True:
+        page = c.search_runs([experiment_id], filter_string, max_results=1000, order_by=order_by, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
 
 
 def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run_id: str = "") -> str:
@@ -148,6 +160,8 @@ def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run
         f"{TAG}.git_commit": git_commit(root),
         f"{TAG}.prefect_flow_run_id": flow_run_id,
         f"{TAG}.paper": spec.paper,
+        f"{TAG}.run_kind": "pipeline",
+        **host.tags(f"{TAG}.host."),
     }
     run = c.create_run(exp, tags=tags)
     params = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in cfg.flat().items()}
@@ -203,7 +217,7 @@ def log_results(
     if dvc_md5:
         c.set_tag(run_id, f"{TAG}.dvc_md5", dvc_md5)
     # A retried publish after a crash half-way re-logs the variants: drop the half-logged ones first.
-    for old in c.search_runs([run.info.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'", max_results=1000):
+    for old in list(all_runs(c, run.info.experiment_id, f"tags.mlflow.parentRunId = '{run_id}'")):
         c.delete_run(old.info.run_id)
     for variant, records in artifacts.history.items():
         child = c.create_run(
@@ -249,6 +263,8 @@ def claim_metrics(claim: ClaimResult, timestamp: int) -> list:
     out = [
         Metric("claim/verdict", STATE_CODE[claim.verdict], timestamp, 0),
         Metric("claim/sane", float(claim.sane), timestamp, 0),
+        Metric("claim/flags", float(len(claim.diagnostics)), timestamp, 0),
+        Metric("claim/decided_by_method", float(not claim.diagnostics), timestamp, 0),
     ]
     for criterion in claim.criteria:
         fields = {
@@ -272,10 +288,35 @@ def claim_tags(claim: ClaimResult) -> dict[str, str]:
         f"{TAG}.verdict": claim.verdict,
         f"{TAG}.claim": claim.statement[:5000],
         f"{TAG}.criteria": ",".join(c.name for c in claim.criteria)[:5000],
+        f"{TAG}.decided_by": claim.decided_by[:5000],
+        f"{TAG}.flags": _json_within([f.to_dict() for f in claim.diagnostics], 7000),
+        f"{TAG}.power": json.dumps(claim.power, default=float)[:5000],
     }
     for criterion in claim.criteria:
-        tags[metric_name(CRITERION_TAG + criterion.name)] = json.dumps(criterion.to_dict(), default=float)[:7000]
+        payload = criterion.to_dict()
+        text = json.dumps(payload, default=float)
+        if len(text) > 7000:  # many units: the per-unit numbers stay in claim.json, the rest in the tag
+            text = json.dumps({**payload, "unit_values": [], "labels": []}, default=float)
+        tags[metric_name(CRITERION_TAG + criterion.name)] = text[:7000]
     return tags
+
+
+def _json_within(items: list[dict], limit: int) -> str:
+    """``items`` as JSON, dropping explanations and then trailing items until it fits MLflow's tag limit."""
+    text = json.dumps(items)
+    if len(text) <= limit:
+        return text
+    items = [{**f, "explanation": "(see claim.json)" if f.get("explanation") else ""} for f in items]
+    while items and len(json.dumps(items)) > limit:
+        items = items[:-1]
+    return json.dumps(items)
+
+
+def flags_from_tags(tags: dict[str, str]) -> list[dict]:
+    try:
+        return json.loads(tags.get(f"{TAG}.flags", "[]"))
+    except json.JSONDecodeError:
+        return []
 
 
 def criteria_from_tags(tags: dict[str, str]) -> list[dict]:

@@ -63,11 +63,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    Control,
+    DatasetRef,
+    Metrics,
+    Scale,
+    Separation,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
 from models.common import raw_data
 from models.common import verdicts as V
 from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
+from models.common.units import unit_labels
 
 from . import plots
 from .config import Config
@@ -82,6 +93,9 @@ from .networks import (
 from .training import SELECTION_METRIC, NoiseRobustBNN, as_input, train_loader, validation_loader
 
 ARMS = {"baseline": "none", "baseline_spectral": "spectral", "method": "linf", "ablation_alpha_only": "alpha_only"}
+# The negative control: the plain BNN at its chosen point, retrained on other seeds and scored as if it were
+# the method. It has no mechanism, so it must not clear the noisy-gain bar.
+PLACEBO, PLACEBO_SEED_OFFSET = "control_placebo", 1000
 LEARNS_TASK_ACC = 0.8  # clean test accuracy every arm must reach (ECG5000's majority class is 0.58)
 INFORMATIVE_BAND = (0.6, 0.95)  # where the plain BNN's noisy accuracy must sit for the comparison to decide
 
@@ -151,14 +165,18 @@ def arm_grid(cfg: Config, arm: str) -> list[dict]:
     return grid(lr=cfg.lr_grid, penalty_weight=weights)
 
 
-def fit_arm(cfg: Config, arrays: dict[str, np.ndarray], arm: str, point: dict, seed: int) -> tuple[float, Fitted]:
-    """Train one arm at one grid point and seed, stopping early on the validation noisy accuracy."""
+def fit_arm(
+    cfg: Config, arrays: dict[str, np.ndarray], arm: str, point: dict, seed: int, unit: str = ""
+) -> tuple[float, Fitted]:
+    """Train one arm at one grid point and seed, stopping early on the validation noisy accuracy.
+    With ``unit`` the fit is one of the compared ones (recorded for the verdict diagnostics)."""
     torch.manual_seed(seed)  # identical initial weights for every arm and grid point of a seed
     net = BinaryResNet(n_classes(arrays), cfg.net)
+    penalty = ARMS.get(arm, "none")
     module = NoiseRobustBNN(
-        net, ARMS[arm], point.get("penalty_weight", 0.0), point["lr"], cfg.max_epochs, cfg.smooth_max_tau
+        net, penalty, point.get("penalty_weight", 0.0), point["lr"], cfg.max_epochs, cfg.smooth_max_tau
     )
-    callbacks = early_stopping_callbacks(SELECTION_METRIC, cfg.patience, mode="max")
+    callbacks = early_stopping_callbacks(SELECTION_METRIC, cfg.patience, mode="max", arm=arm if unit else "", unit=unit)
     settings = ", ".join(f"{k}={v:g}" for k, v in point.items())
     records = fit(
         module,
@@ -187,21 +205,29 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
     selections = {}
+    units = unit_labels("seed", cfg.n_seeds)
     for arm in ARMS:
         selection, first = select_on_validation(
             arm,
             arm_grid(cfg, arm),
             lambda point, arm=arm: fit_arm(cfg, arrays, arm, point, cfg.seed),
             metric="acc_noisy",
+            unit=units[0],
         )
         print(f"  selected {selection.describe()}", flush=True)
-        fits = [first] + [fit_arm(cfg, arrays, arm, selection.chosen, cfg.seed + k)[1] for k in range(1, cfg.n_seeds)]
+        first.best.record(arm, units[0])  # the chosen point's fit on the first seed is a compared one
+        fits = [first] + [
+            fit_arm(cfg, arrays, arm, selection.chosen, cfg.seed + k, units[k])[1] for k in range(1, cfg.n_seeds)
+        ]
         for k, fitted in enumerate(fits):
             torch.save(fitted.net.state_dict(), weights_file(out_dir, arm, k))
             history[history_key(arm, k)] = fitted.records
             summary.update(fitted.best.summary(f"{arm}/seed{k}"))
         summary.update(selection.summary())
         selections[arm] = {"chosen": selection.chosen, "table": selection.table}
+    for k in range(cfg.n_seeds):  # the negative control: the plain BNN's chosen point on seeds of its own
+        placebo = fit_arm(cfg, arrays, PLACEBO, selections["baseline"]["chosen"], cfg.seed + PLACEBO_SEED_OFFSET + k)
+        torch.save(placebo[1].net.state_dict(), weights_file(out_dir, PLACEBO, k))
     (Path(out_dir) / "selection.json").write_text(json.dumps(selections, indent=1))
     return TrainedArtifacts(out_dir, history, summary)
 
@@ -240,7 +266,7 @@ def evaluate_arms(cfg: Config, arrays: dict[str, np.ndarray], model_dir: Path) -
     """Per arm and seed: clean and per-cell test accuracy, noise gain, bounds, layer norms, feature perturbation."""
     X, y, X_noisy = arrays["X_test"], arrays["y_test"], arrays["X_test_noisy"]
     results: dict[str, dict[str, list]] = {}
-    for arm in ARMS:
+    for arm in (*ARMS, PLACEBO):
         rows: dict[str, list] = {}
         for k in range(cfg.n_seeds):
             net = load_net(cfg, model_dir, arm, k)
@@ -266,7 +292,10 @@ def evaluate_arms(cfg: Config, arrays: dict[str, np.ndarray], model_dir: Path) -
     return results
 
 
-def metric_values(cells: list[tuple[str, float]], results: dict[str, dict[str, list]]) -> dict[str, float]:
+def metric_values(
+    cells: list[tuple[str, float]], results: dict[str, dict[str, list]], metrics: Metrics
+) -> dict[str, float]:
+    """Per-arm means into the returned values; per-seed numbers into ``metrics``'s units (the claim's)."""
     values: dict[str, float] = {}
     for arm, rows in results.items():
         acc = np.asarray(rows["acc_cells"])  # (seeds, cells)
@@ -276,10 +305,10 @@ def metric_values(cells: list[tuple[str, float]], results: dict[str, dict[str, l
             "noise_gain": np.asarray(rows["noise_gain"]),
             "log10_bound_network": np.log10(rows["bound_network"]),
         }
+        labels = unit_labels("seed", len(per_seed["acc_clean"]))
         for name, seeds in per_seed.items():
             values[f"{arm}/{name}"] = float(seeds.mean())
-            for k, x in enumerate(seeds):  # per seed, so the claim's intervals are rebuilt from metrics alone
-                values[f"{arm}/seed{k}/{name}"] = float(x)
+            metrics.add_units(name, arm, seeds, labels)
         values[f"{arm}/acc_noisy_seed_std"] = float(per_seed["acc_noisy"].std())
         for c, (kind, level) in enumerate(cells):
             values[f"{arm}/acc_{kind}_{level:g}"] = float(acc[:, c].mean())
@@ -291,8 +320,12 @@ def metric_values(cells: list[tuple[str, float]], results: dict[str, dict[str, l
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
     arrays = load_arrays(data)
     cells = cfg.data.noise.cells()
-    results = evaluate_arms(cfg, arrays, artifacts.model_dir)
-    values = metric_values(cells, results)
+    everything = evaluate_arms(cfg, arrays, artifacts.model_dir)
+    metrics = Metrics({}, [])
+    metrics.values = metric_values(cells, everything, metrics)
+    results = {arm: everything[arm] for arm in ARMS}  # the compared arms (the placebo is only scored)
+    values = metrics.values
+    values["data/majority_fraction"] = float(np.bincount(arrays["y_test"]).max() / len(arrays["y_test"]))
     values.update({k: v for k, v in artifacts.summary.items() if k.startswith("select/")})
     selections = json.loads((Path(artifacts.model_dir) / "selection.json").read_text())
     plot_dir = Path(out_dir) / "plots"
@@ -316,7 +349,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             plot_dir / "ecg_noise_examples.png",
         ),
     ]
-    return Metrics(values, figures)
+    metrics.figures = figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
@@ -325,9 +359,10 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     units = "paired seeds"
+    covers = ("training seed (initial weights, batch order)",)
 
-    def seeds(arm: str, metric: str) -> np.ndarray:
-        return np.array([v[f"{arm}/seed{k}/{metric}"] for k in range(cfg.n_seeds)])
+    def seeds(arm: str, metric: str):
+        return metrics.unit(metric, arm)
 
     criteria = [
         V.difference_criterion(
@@ -339,6 +374,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             ">=",
             units,
             scale=100.0,
+            covers=covers,
         ),
         V.difference_criterion(
             "clean_drop_pts",
@@ -349,6 +385,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             "<=",
             units,
             scale=100.0,
+            covers=covers,
         ),
     ]
     # "Lower than both comparators" is two comparisons per quantity, each over the same seeds.
@@ -366,8 +403,30 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
                     0.0,
                     "<",
                     units,
+                    covers=covers,
                 )
             )
+    controls = [
+        Control(
+            "noisy_gain_pts",
+            "the plain BNN retrained on other seeds scored as the method (no penalty at all)",
+            V.difference_criterion(
+                "noisy_gain_pts",
+                "noisy test accuracy, plain BNN on seeds +1000 minus plain BNN, in points",
+                seeds(PLACEBO, "acc_noisy"),
+                seeds("baseline", "acc_noisy"),
+                2.0,
+                ">=",
+                units,
+                scale=100.0,
+            ),
+        )
+    ]
+    chance = v["data/majority_fraction"]
+    separations = [
+        Separation("noisy test accuracy", {a: v[f"{a}/acc_noisy"] for a in ARMS}, floor=chance, ceiling=1.0),
+        Separation("clean test accuracy", {a: v[f"{a}/acc_clean"] for a in ARMS}, floor=chance, ceiling=1.0),
+    ]
 
     figures: dict[str, float] = {}
     for comparator, name in (("baseline_spectral", "spectral"), ("ablation_alpha_only", "alpha_only")):
@@ -408,4 +467,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         + " / ".join(f"{v[f'{arm}/acc_clean']:.3f}" for arm in ARMS)
         + f"; {cfg.n_seeds} paired seeds; the L1,inf form is a reconstruction (the paper's equations are unread)."
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

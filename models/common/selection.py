@@ -9,7 +9,8 @@
   learns makes a comparison vacuous).
 
 ``Selection.summary()`` and ``BestWeights.summary()`` give ``select/<arm>/...`` figures for
-``TrainedArtifacts.summary`` (the spine logs them under ``train/``).
+``TrainedArtifacts.summary`` (the spine logs them under ``train/``). Every selection and every fit
+that names its arm is also recorded for the verdict diagnostics (``models.common.evidence``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning.pytorch.callbacks import Callback
+
+from models.common import evidence
 
 
 def grid(**axes: Sequence[Any]) -> list[dict[str, Any]]:
@@ -44,6 +47,19 @@ class Selection:
     metric: str
     higher_is_better: bool
     table: list[dict[str, Any]] = field(default_factory=list)  # every grid point with its validation score
+    unit: str = ""  # the unit the grid was searched on ("" when the choice serves every unit)
+    eligible: bool = True  # False when no grid point had a finite validation score
+
+    def record(self, limits: Mapping[str, Sequence[float]] | None = None) -> evidence.SelectionRecord:
+        return evidence.SelectionRecord(
+            self.arm,
+            self.unit,
+            self.metric,
+            dict(self.chosen),
+            [dict(row) for row in self.table],
+            self.eligible,
+            {k: [float(x) for x in v] for k, v in (limits or {}).items()},
+        )
 
     def summary(self) -> dict[str, float]:
         out = {f"select/{self.arm}/val_{self.metric}": float(self.score)}
@@ -63,12 +79,17 @@ def select_on_validation(
     fit_and_score: Callable[[dict[str, Any]], tuple[float, Any]],
     metric: str = "score",
     higher_is_better: bool = True,
+    unit: str = "",
+    limits: Mapping[str, Sequence[float]] | None = None,
 ) -> tuple[Selection, Any]:
     """Fit one candidate per grid point and keep the one with the best validation score.
 
     ``fit_and_score(point) -> (validation score, fitted object)``. Non-finite scores never win
-    (a diverged candidate); if every point diverged the first one is returned with its score.
-    Ties keep the earlier point, so the grid's order is the tie-break."""
+    (a diverged candidate, or one the method declares ineligible by scoring it NaN); if no point is
+    eligible the first one is returned and the selection is marked ``eligible=False``, which the
+    diagnostics flag as an error. Ties keep the earlier point, so the grid's order is the tie-break.
+    ``unit`` names the unit the search ran on; ``limits`` the ends of an axis's domain (a penalty
+    weight of 0), where a choice is not a grid edge."""
     if not points:
         raise ValueError(f"arm {arm!r}: the selection grid is empty")
     best_score, best_obj, best_point, table = None, None, None, []
@@ -78,7 +99,10 @@ def select_on_validation(
         table.append({**point, f"val_{metric}": score})
         if best_point is None or _better(score, best_score, higher_is_better):
             best_score, best_obj, best_point = score, obj, dict(point)
-    return Selection(arm, best_point, best_score, metric, higher_is_better, table), best_obj
+    eligible = any(math.isfinite(float(row[f"val_{metric}"])) for row in table)
+    selection = Selection(arm, best_point, best_score, metric, higher_is_better, table, unit, eligible)
+    evidence.record_selection(selection.record(limits))
+    return selection, best_obj
 
 
 def _better(new: float, old: float | None, higher_is_better: bool) -> bool:
@@ -96,6 +120,7 @@ class Patience:
     def __init__(self, patience: int, higher_is_better: bool = False, min_delta: float = 0.0) -> None:
         if patience < 1:
             raise ValueError(f"patience {patience}: expected at least 1")
+        # ``record(arm, unit)`` once the loop ends hands the fit to the verdict diagnostics.
         self.patience, self.higher_is_better, self.min_delta = patience, higher_is_better, min_delta
         self.best: float | None = None
         self.best_step = -1
@@ -120,32 +145,45 @@ class Patience:
     def stop(self) -> bool:
         return self.waited >= self.patience
 
+    def record(self, arm: str, unit: str) -> None:
+        """Record the finished loop for the verdict diagnostics (call it once the loop has ended)."""
+        evidence.record_fit(arm, unit, self.best_step, self.step + 1, self.stop, self.patience)
 
-def early_stopping_callbacks(monitor: str, patience: int, mode: str = "min", min_delta: float = 0.0) -> list:
+
+def early_stopping_callbacks(
+    monitor: str, patience: int, mode: str = "min", min_delta: float = 0.0, arm: str = "", unit: str = ""
+) -> list:
     """Lightning's ``EarlyStopping`` on ``monitor`` plus ``BestWeights``, which ends the fit on the best
     validation epoch's weights; pass them as ``fit(..., callbacks=...)``. Read the best epoch from
-    the ``BestWeights`` (last element)."""
+    the ``BestWeights`` (last element). With ``arm`` (and ``unit``) the fit is recorded for the diagnostics."""
     from lightning.pytorch.callbacks import EarlyStopping
 
     stopper = EarlyStopping(
         monitor=monitor, patience=patience, mode=mode, min_delta=min_delta, check_finite=True, verbose=False
     )
-    return [stopper, BestWeights(monitor, mode)]
+    return [stopper, BestWeights(monitor, mode, arm=arm, unit=unit, patience=patience)]
 
 
 class BestWeights(Callback):
     """Keeps a copy of the weights at the best value of ``monitor`` and restores them when the fit ends.
 
     Its state (best value, best epoch, the weights) travels with the epoch checkpoint, so a resumed
-    fit ends on the same weights as an uninterrupted one."""
+    fit ends on the same weights as an uninterrupted one. With an ``arm`` it records the fit (best
+    evaluation, evaluations run, whether Lightning's ``EarlyStopping`` ended it) for the diagnostics."""
 
-    def __init__(self, monitor: str, mode: str = "min") -> None:
+    def __init__(
+        self, monitor: str, mode: str = "min", arm: str = "", unit: str = "", patience: int | None = None
+    ) -> None:
         if mode not in ("min", "max"):
             raise ValueError(f"mode {mode!r}: expected 'min' or 'max'")
         self.monitor, self.mode = monitor, mode
+        self.arm, self.unit, self.patience = arm, unit, patience
         self.best: float | None = None
         self.best_epoch = -1
         self.epochs_seen = 0
+        self.evaluations = 0  # validation runs seen (epochs, or checks within a step budget)
+        self.best_evaluation = -1
+        self.stopped_early = False
         self.weights: dict[str, Any] | None = None
 
     def on_validation_end(self, trainer, pl_module) -> None:
@@ -159,25 +197,41 @@ class BestWeights(Callback):
             )
         value = float(value)
         self.epochs_seen = trainer.current_epoch + 1
+        self.evaluations += 1
         if _better(value, self.best, self.mode == "max"):
-            self.best, self.best_epoch = value, trainer.current_epoch
+            self.best, self.best_epoch, self.best_evaluation = value, trainer.current_epoch, self.evaluations - 1
             self.weights = {k: v.detach().clone() for k, v in pl_module.state_dict().items()}
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if self.weights is not None:
             pl_module.load_state_dict(self.weights)
+        from lightning.pytorch.callbacks import EarlyStopping
+
+        stoppers = [c for c in trainer.callbacks if isinstance(c, EarlyStopping)]
+        self.stopped_early = any(c.wait_count >= c.patience for c in stoppers)
+        if self.arm:
+            self.record(self.arm, self.unit)
+
+    def record(self, arm: str, unit: str) -> None:
+        """Record the finished fit for the verdict diagnostics, e.g. a grid point's fit that became a
+        compared one (the callback records by itself when it was given an ``arm``)."""
+        evidence.record_fit(arm, unit, self.best_evaluation, self.evaluations, self.stopped_early, self.patience)
 
     def state_dict(self) -> dict[str, Any]:
         return {
             "best": self.best,
             "best_epoch": self.best_epoch,
             "epochs_seen": self.epochs_seen,
+            "evaluations": self.evaluations,
+            "best_evaluation": self.best_evaluation,
             "weights": self.weights,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_epoch = state["best"], state["best_epoch"]
         self.epochs_seen, self.weights = state["epochs_seen"], state["weights"]
+        self.evaluations = state.get("evaluations", self.epochs_seen)
+        self.best_evaluation = state.get("best_evaluation", self.best_epoch)
 
     def summary(self, arm: str) -> dict[str, float]:
         return {

@@ -116,3 +116,26 @@ def test_every_view_of_a_verdict_agrees(prefect_harness, project, monkeypatch):
     assert line in overview.status_table([status])
     page = overview.write_report(project, log_to_mlflow=False).read_text()
     assert 'data-verdict="inconclusive"' in page and report.interval_text(criterion) in page
+    # The diagnostics read the same everywhere too: the toy declares no negative control.
+    assert result["decided_by"] == on_disk["decided_by"] == status.decided_by == "check: no negative control declared"
+    assert run.data.tags["paperline.decided_by"] == result["decided_by"] and run.data.metrics["claim/flags"] == 1.0
+    assert [f["code"] for f in status.flags] == ["no_control"] and "no negative control declared" in page
+    assert "0 of 1 verdicts decided by the method" in page
+    assert list(status.power) == ["score"] and status.power["score"] > 3  # more seeds than the 3 it has
+
+
+def test_status_finds_a_method_with_two_hundred_nested_runs(project):
+    """The newest pipeline run is found by a filter, not among the newest N runs (win_rate logs 56 children)."""
+    from mlflow.entities import RunStatus
+
+    spec, cfg = toy_method.SPEC, toy_method.SPEC.make_config("smoke")
+    parent = tracking.start_pipeline_run(spec, cfg, project)
+    c = tracking.client(project)
+    exp = c.get_run(parent).info.experiment_id
+    for k in range(200):
+        child = c.create_run(exp, tags={"mlflow.parentRunId": parent, "mlflow.runName": f"toy/variant{k}"})
+        c.set_terminated(child.info.run_id, RunStatus.to_string(RunStatus.FINISHED))
+    (status,) = overview.collect(project, [spec])
+    assert status.run_id == parent and status.scale == "smoke"
+    assert status.host["isa"] and status.host["torch"]  # the host fingerprint travels as tags
+    assert len(list(tracking.all_runs(c, exp, f"tags.mlflow.parentRunId = '{parent}'"))) == 200

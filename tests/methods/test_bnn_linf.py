@@ -346,8 +346,8 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     assert result.sane and result.verdict in ("holds", "fails", "inconclusive")
     gain = result.criterion("noisy_gain_pts")
     assert gain.n_units == 2
-    per_seed = [100 * (metrics[f"method/seed{k}/acc_noisy"] - metrics[f"baseline/seed{k}/acc_noisy"]) for k in (0, 1)]
-    assert gain.estimate == pytest.approx(np.mean(per_seed))
+    per_seed = 100 * (metrics.unit("acc_noisy", "method") - metrics.unit("acc_noisy", "baseline"))
+    assert gain.estimate == pytest.approx(np.mean(per_seed)) and gain.labels == ("seed0", "seed1")
     assert result.figures["method_chosen_penalty_weight"] == cfg.lambda_linf_grid[0]
 
     net = SPEC.module().load_model(cfg, tmp_path / "outputs" / SPEC.slug / "model")
@@ -365,17 +365,18 @@ ARMS = ("baseline", "baseline_spectral", "method", "ablation_alpha_only")
 def hand_built_metrics(per_seed: dict[str, dict[str, list[float]]]) -> Metrics:
     """Metrics as evaluate writes them, from per-seed numbers per arm (means for the aggregate keys)."""
     cells = Config().data.noise.cells()
-    values = {}
+    metrics = Metrics({"data/majority_fraction": 0.58})
+    values = metrics.values
+    per_seed = {"control_placebo": PLACEBO, **per_seed}
     for arm, rows in per_seed.items():
         for metric, seeds in rows.items():
             values[f"{arm}/{metric}"] = float(np.mean(seeds))
-            for k, x in enumerate(seeds):
-                values[f"{arm}/seed{k}/{metric}"] = x
+            metrics.add_units(metric, arm, seeds, [f"seed{k}" for k in range(len(seeds))])
         for kind, level in cells:
             values[f"{arm}/acc_{kind}_{level:g}"] = values[f"{arm}/acc_noisy"]
         values[f"{arm}/bound_network"] = 10 ** values[f"{arm}/log10_bound_network"]
         values[f"{arm}/bound_binary"] = values[f"{arm}/bound_spectral"] = 1.0
-    return Metrics(values)
+    return metrics
 
 
 def _seeds(acc_noisy, acc_clean, noise_gain, log10_bound):
@@ -390,6 +391,7 @@ def _seeds(acc_noisy, acc_clean, noise_gain, log10_bound):
 PLAIN = _seeds([0.80, 0.70, 0.75, 0.78, 0.72], [0.93] * 5, [2.0, 2.2, 2.1, 2.0, 2.1], [3.0, 3.2, 3.1, 3.0, 3.1])
 SPECTRAL = _seeds([0.80, 0.72, 0.74, 0.77, 0.73], [0.93] * 5, [1.8, 1.9, 2.0, 1.9, 1.8], [2.5, 2.6, 2.7, 2.6, 2.5])
 CLEAR = _seeds([0.85, 0.75, 0.80, 0.83, 0.77], [0.93] * 5, [1.0, 1.1, 1.05, 1.0, 1.1], [1.0, 1.1, 1.2, 1.0, 1.1])
+PLACEBO = _seeds([0.79, 0.71, 0.76, 0.77, 0.73], [0.93] * 5, [2.0, 2.1, 2.1, 2.0, 2.2], [3.0, 3.1, 3.1, 3.0, 3.2])
 
 
 def claim_of(method: dict) -> object:
@@ -407,6 +409,18 @@ def test_claim_holds_on_a_clear_win_with_intervals_over_paired_seeds():
     assert result.verdict == "holds" and result.sane
     assert result.figures["noisy_gain_vs_alpha_only_pts"] == pytest.approx(5.0)
     assert result.figures["plain_cells_in_band_fraction"] == 1.0
+
+
+def test_a_placebo_that_clears_the_bar_keeps_the_claim_from_holding():
+    global PLACEBO
+    saved, PLACEBO = PLACEBO, dict(PLAIN, acc_noisy=[a + 0.05 for a in PLAIN["acc_noisy"]])
+    try:
+        result = claim_of(CLEAR)
+    finally:
+        PLACEBO = saved
+    assert result.criterion("noisy_gain_pts").state == "holds" and result.controls[0].passes
+    assert result.verdict == "inconclusive"
+    assert not claim_of(CLEAR).controls[0].passes and claim_of(CLEAR).verdict == "holds"
 
 
 def test_claim_is_inconclusive_when_the_gain_straddles_the_threshold():

@@ -67,11 +67,24 @@ def test_differences_are_paired_per_unit():
         V.difference_criterion("gain", "s", [1, 2], [1, 2, 3], 0, ">=")
 
 
-def test_bootstrap_keeps_units_paired_and_is_reproducible():
+def test_ratio_keeps_units_paired_and_is_reproducible():
     num, den = [0.9, 0.5, 1.8], [1.0, 0.55, 2.0]  # every unit's ratio is 0.9 or 0.909
     c = V.ratio_of_means_criterion("ratio", "s", num, den, 0.95, "<=")
-    assert c.high < 0.95 and c.state == "holds" and c.interval == "bootstrap"
+    assert c.high < 0.95 and c.state == "holds" and c.interval == "delta-t"
     assert V.ratio_of_means_criterion("ratio", "s", num, den, 0.95, "<=") == c
+    shuffled = V.ratio_of_means_criterion("ratio", "s", num, den[::-1], 0.95, "<=")
+    assert shuffled.high > c.high + 0.1  # unpaired, the per-unit ratios spread: the interval widens
+
+
+def test_bootstrap_only_from_twenty_units_on():
+    rng = np.random.default_rng(0)
+    few, many = rng.normal(1, 1, 10), rng.normal(1, 1, 20)
+    assert V.bootstrap_criterion("m", "s", np.mean, [few], 0, ">").interval == "jackknife-t"
+    c = V.bootstrap_criterion("m", "s", np.mean, [many], 0, ">")
+    assert c.interval == "bootstrap" and V.bootstrap_criterion("m", "s", np.mean, [many], 0, ">") == c
+    # For a mean the jackknife-t interval is exactly the t interval.
+    jk = V.bootstrap_criterion("m", "s", np.mean, [few], 0, ">")
+    assert (jk.low, jk.high) == pytest.approx(V.t_interval(few)[1:])
 
 
 def test_clopper_pearson_pass_rate():
