@@ -576,7 +576,7 @@ class ClaimResult:
     separations: list[Separation] = field(default_factory=list)
     explained: dict[str, str] = field(default_factory=dict)
     diagnostics: list[Flag] = field(default_factory=list)
-    power: dict[str, float] = field(default_factory=dict)
+    power: dict[str, float | None] = field(default_factory=dict)  # None: the interval says nothing about it
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.criteria]

@@ -188,7 +188,7 @@ def power_text(claim: ClaimResult) -> str:
     """``query_ratio needs ~14 paired units`` for every inconclusive criterion, ``; ``-separated."""
     parts = []
     for name, units in claim.power.items():
-        if math.isnan(units):
+        if units is None:
             parts.append(f"{name}: units needed unknown")
         elif math.isinf(units):
             parts.append(f"{name}: no number of units decides it at this effect")

@@ -41,7 +41,7 @@ class MethodStatus:
     failure: str | None = None
     decided_by: str | None = None  # "method", or the diagnostics' flags (tasks.diagnostics)
     flags: list[dict] = field(default_factory=list)  # Flag.to_dict() each
-    power: dict[str, float] = field(default_factory=dict)  # units that would decide each inconclusive criterion
+    power: dict[str, float | None] = field(default_factory=dict)  # units that would decide each inconclusive criterion
     host: dict[str, str] = field(default_factory=dict)  # the run's host fingerprint (tasks.host)
     decision: str | None = None
     version: str | None = None
@@ -269,7 +269,7 @@ def _diagnostics_html(s: MethodStatus) -> str:
     else:
         body = "<p><b>Decided by:</b> the method (no diagnostic flag).</p>"
     power = [
-        f"{name}: {'unknown' if n != n else ('never at this effect' if n == float('inf') else f'~{int(n)} units')}"
+        f"{name}: {'unknown' if n is None else ('never at this effect' if n == float('inf') else f'~{int(n)} units')}"
         for name, n in s.power.items()
     ]
     if power:

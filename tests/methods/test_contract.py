@@ -2,12 +2,14 @@
 
 import json
 import math
+import re
 
 import pytest
 
 from models.base import DATA_SOURCES, STATES, ClaimResult, Criterion, Metrics, TrainedArtifacts, read_dataset
 from models.registry import METHODS
 from tasks import steps
+from tasks.diagnostics import FLAG_CODES
 
 
 @pytest.mark.parametrize("slug", list(METHODS))
@@ -104,3 +106,34 @@ def test_results_do_not_depend_on_the_process_rng_state(slug, smoke_run, tmp_pat
         return {k: v for k, v in values.items() if "seconds" not in k}
 
     assert without_timings(metrics.values) == without_timings(reference.values)
+
+
+# Per-unit keys built by hand (``arm/seed3/acc``, ``acc_seed3``, ``split2``, ``_r4/``) instead of Metrics.add_units.
+_UNIT_KEY = re.compile(r"(^|[/_])(seed|split|rep|replicate|fold|run|unit)\d+($|[/_])|_r\d+($|/)")
+
+
+@pytest.mark.parametrize("slug", list(METHODS))
+def test_claim_declares_what_the_diagnostics_read(slug, smoke_run):
+    """Paired units are first-class, every claim declares a negative control and where its arms sit, and every
+    criterion over units names the random draws they cover (tasks/diagnostics.py reads all of it)."""
+    run = smoke_run(slug)
+    metrics, claim = run.metrics, run.claim
+    assert metrics.units, f"{slug}: no per-unit values recorded (Metrics.add_units)"
+    flattened = set(metrics.unit_values())
+    hand_built = sorted(k for k in metrics.values if _UNIT_KEY.search(k) and k not in flattened)
+    hand_built = [k for k in hand_built if not k.startswith("select/")]  # the selection helpers' own summaries
+    assert not hand_built, f"{slug}: per-unit keys built by hand: {hand_built[:8]}"
+    assert claim.controls, f"{slug}: no negative control declared"
+    assert claim.separations, f"{slug}: no Separation declared (where the compared arms sit on a bounded metric)"
+    for criterion in claim.criteria:
+        if criterion.interval != "exact":
+            assert criterion.covers, f"{slug}/{criterion.name}: the random draws its units cover are not named"
+            assert criterion.labels or criterion.interval == "clopper-pearson", (
+                f"{slug}/{criterion.name}: built from bare arrays; pass the UnitValues of Metrics.paired/unit"
+            )
+    assert claim.diagnostics is not None and all(f.code in FLAG_CODES for f in claim.diagnostics)
+    explained = {f.key for f in claim.diagnostics} | {f.code for f in claim.diagnostics}
+    stale = [k for k in claim.explained if k not in explained and run.cfg.scale == "default"]
+    assert not stale, f"{slug}: explanations for flags that were not raised: {stale}"
+    on_disk = json.loads(run.layout.claim_file.read_text())
+    assert on_disk["decided_by"] == claim.decided_by
