@@ -1,60 +1,73 @@
-"""How fast this machine is right now, on one core (a measurement to read timings by, never an assertion).
+"""How fast this machine is for the methods' kinds of work, and whether that predicts the methods.
 
-    python benchmarks/machine_speed.py [--repeats 5]
+    python benchmarks/machine_speed.py [--repeats 5]            # the reference workload (tasks/speed.py)
+    python benchmarks/machine_speed.py --compare                 # + predicted vs measured per method, from the
+                                                                 #   latest make run's MLflow runs in this project
 
-This project's machines are shared hosts whose speed drifts: the same `make run` took 11-19 min on
-different days with identical results. Two fixed single-threaded workloads, the kind the methods
-spend their time in, make timings from different days comparable: a small Conv1d/MLP network
-trained with Adam (torch fwd/bwd) and a pure-Python loop (orchestration, data handling). The best of
-``--repeats`` is the machine's speed; the spread says how noisy it is at the moment.
+The project's machines are shared hosts whose speed drifts (the same `make run` took 11-19 min on different
+days with identical results). The reference workload times, on one core, the kinds of work the methods spend
+their time in (GEMMs, convolutions, small-batch Adam, a Python loop); each method's recorded default cost
+(``MethodSpec.default_cpu_seconds``, with its ``work_mix``) is scaled by this machine's ratio to the recording
+host (``flows.pipelines.RECORDED_REFERENCE``). ``--compare`` puts that prediction beside the CPU time of each
+method's latest run (MLflow ``train/seconds`` and the run's wall time) and prints the error.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
-import sys
 
-TORCH_WORKLOAD = """
-import time, torch
-torch.set_num_threads(1); torch.manual_seed(0)
-net = torch.nn.Sequential(torch.nn.Conv1d(64, 64, 5, padding=2), torch.nn.Mish(), torch.nn.Conv1d(64, 64, 5, padding=2),
-                          torch.nn.Flatten(), torch.nn.Linear(64 * 32, 256), torch.nn.GELU(), torch.nn.Linear(256, 1))
-x, y = torch.randn(64, 64, 32), torch.randn(64, 1)
-opt = torch.optim.Adam(net.parameters())
-start = time.perf_counter()
-for _ in range(150):
-    opt.zero_grad(); torch.nn.functional.mse_loss(net(x), y).backward(); opt.step()
-print(time.perf_counter() - start)
-"""
+from tasks import env
 
-PYTHON_WORKLOAD = """
-import time
-start = time.perf_counter(); total = 0
-for i in range(10_000_000):
-    total += i * i % 7
-print(time.perf_counter() - start)
-"""
-
-
-def timed(code: str) -> float:
-    """Seconds one fresh interpreter reports for ``code`` (imports excluded)."""
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return float(out.stdout.strip())
+env.configure()
 
 
 def main() -> None:
+    from tasks import speed
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--compare", action="store_true", help="predicted vs measured per method (MLflow)")
     args = parser.parse_args()
-    print("| workload (one core) | best s | median s | worst s |\n|---|---|---|---|")
-    for name, code in (
-        ("torch Conv1d/MLP + Adam, 150 steps", TORCH_WORKLOAD),
-        ("pure-Python loop, 10M", PYTHON_WORKLOAD),
-    ):
-        runs = [timed(code) for _ in range(args.repeats)]
-        print(f"| {name} | {min(runs):.2f} | {statistics.median(runs):.2f} | {max(runs):.2f} |")
+    runs = [speed.reference(rounds=1) for _ in range(args.repeats)]
+    from flows.pipelines import RECORDED_REFERENCE
+
+    print("| kind of work (one core) | best s | median s | worst s | recording host s |\n|---|---|---|---|---|")
+    here = {}
+    for kind in speed.KINDS:
+        times = [r[kind] for r in runs]
+        here[kind] = min(times)
+        print(
+            f"| {kind} | {min(times):.3f} | {statistics.median(times):.3f} | {max(times):.3f} | "
+            f"{RECORDED_REFERENCE[kind]:.3f} |"
+        )
+    if args.compare:
+        compare(here)
+
+
+def compare(here: dict[str, float]) -> None:
+    from flows.pipelines import RECORDED_REFERENCE, method_costs
+    from models.registry import METHODS
+    from tasks import overview, speed, tracking
+
+    c = tracking.client(env.project_root())
+    costs = method_costs()
+    print("\n| method | predicted CPU s | latest run: train + evaluate s | error |\n|---|---|---|---|")
+    errors = []
+    for slug, spec in METHODS.items():
+        predicted = speed.scaled_seconds(costs[slug], RECORDED_REFERENCE, here)
+        run = overview.latest_pipeline_run(c, spec)
+        measured = run.data.metrics.get("train/seconds") if run is not None else None
+        if run is not None and run.data.metrics.get("eval/seconds") is not None:
+            measured = (measured or 0.0) + run.data.metrics["eval/seconds"]
+        if not measured:
+            print(f"| `{slug}` | {predicted:.0f} | - | - |")
+            continue
+        error = predicted / measured - 1
+        errors.append(abs(error))
+        print(f"| `{slug}` | {predicted:.0f} | {measured:.0f} | {100 * error:+.0f} % |")
+    if errors:
+        print(f"\nwithin 25 %: {sum(e <= 0.25 for e in errors)} of {len(errors)} methods")
 
 
 if __name__ == "__main__":

@@ -104,6 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         if temporary is not None:
             temporary.stop()
         raise
+    if len(methods) > 1 and args.scale == "default":
+        from flows.pipelines import predicted_wall_time
+
+        print(predicted_wall_time(methods, args.workers if args.runner == "dask" else 1), flush=True)
     shared = servers.shared_temporary_prefect(temporary) if temporary is not None else contextlib.nullcontext()
     try:
         with _terminate_as_exit(), shared:

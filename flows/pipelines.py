@@ -68,6 +68,7 @@ def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides:
                 t.evaluate(spec.slug, cfg, root)
             with _step(spec.slug, "publish", started):
                 result = t.publish(spec.slug, cfg, root, run_id)
+        result = {**result, "seconds": round(time.perf_counter() - started, 1)}
     except BaseException as exc:
         tracking.fail_run(root, run_id, f"{type(exc).__name__}: {exc}")
         raise
@@ -82,6 +83,22 @@ def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides:
 def _failure(slug: str, exc: BaseException | None, message: str | None = None) -> dict:
     text = message or (f"{type(exc).__name__}: {exc}" if exc else "failed")
     return {"method": slug, "error": text, "run_id": None}
+
+
+def finished_line(result: dict, done: int, total: int, elapsed: float) -> str:
+    """``[3/19] sdp: FAILS, decided by budget x2, 184 s; 16 remain, 9 min 40 s elapsed``."""
+    slug = result["method"]
+    if "error" in result:
+        outcome = f"ERROR ({result['error'][:120]})"
+    else:
+        verdict = report.VERDICT_WORDS.get(result["verdict"], result["verdict"])
+        checks = "" if result["sane"] else ", must-pass FAILED"
+        outcome = f"{verdict}{checks}, decided by {report.decided_by_short(result.get('flags', []))}"
+    seconds = f", {result['seconds']:.0f} s" if "seconds" in result else ""
+    return (
+        f"[{done}/{total}] {slug}: {outcome}{seconds}; {total - done} remain, {int(elapsed // 60)} min "
+        f"{int(elapsed % 60):02d} s elapsed"
+    )
 
 
 def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> list[dict]:
@@ -100,6 +117,7 @@ def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> 
                 results.append(_failure(slug, None, state.message))
             except Exception as exc:  # the failure is reported in the table, the others go on
                 results.append(_failure(slug, exc))
+        logger.info(finished_line(results[-1], i, len(methods), time.perf_counter() - started))
     return results
 
 
@@ -134,20 +152,57 @@ MEASURED_DEFAULT_SECONDS = {  # wall seconds of each method in the clean-clone `
 }
 
 
+# tasks.speed.reference() on the host where the methods' default_cpu_seconds were measured.
+RECORDED_REFERENCE = {"gemm": 0.150, "conv": 0.065, "adam": 0.18, "python": 0.047}
+
+
+def method_costs() -> dict:
+    """Each method's recorded default cost (``MethodSpec.default_cpu_seconds``; the measured wall time of a
+    make run where none is recorded yet) and its mix of kinds of work."""
+    from models.registry import METHODS
+    from tasks.speed import MethodCost
+
+    return {
+        slug: MethodCost(spec.default_cpu_seconds or MEASURED_DEFAULT_SECONDS.get(slug, 0.0), dict(spec.work_mix))
+        for slug, spec in METHODS.items()
+    }
+
+
 def longest_first(methods: list[str]) -> list[str]:
-    """``methods`` ordered by their measured default time, longest first (unknown ones last, in order)."""
-    return sorted(methods, key=lambda slug: -MEASURED_DEFAULT_SECONDS.get(slug, 0))
+    """``methods`` ordered by their recorded default cost, longest first (unknown ones last, in order)."""
+    costs = method_costs()
+    return sorted(methods, key=lambda slug: -(costs[slug].seconds if slug in costs else 0.0))
+
+
+def predicted_wall_time(methods: list[str], workers: int) -> str:
+    """One line: what running ``methods`` at default on ``workers`` workers should take on this machine."""
+    from tasks import speed
+
+    here = speed.reference(rounds=1)
+    p = speed.predict(method_costs(), RECORDED_REFERENCE, here, methods, workers)
+    longest = max(p.per_method, key=p.per_method.get)
+    return (
+        f"predicted: ~{speed.minutes(p.wall_seconds)} for {len(methods)} methods on {workers} worker(s) "
+        f"(this machine's reference workload takes {p.speed_ratio:.2f}x the recording host's; longest "
+        f"{longest} ~{p.per_method[longest]:.0f} s)"
+    )
 
 
 def _run_parallel(methods: list[str], scale: Scale, overrides: list[str] | None) -> list[dict]:
+    from prefect.futures import as_completed
+
+    logger, started = get_run_logger(), time.perf_counter()
     futures = {slug: _method_task.submit(slug, scale, overrides) for slug in longest_first(methods)}
-    results = []
-    for slug in methods:  # the table keeps the caller's order
+    slug_of = {id(f): slug for slug, f in futures.items()}
+    by_slug: dict[str, dict] = {}
+    for done, future in enumerate(as_completed(list(futures.values())), 1):
+        slug = slug_of[id(future)]
         try:
-            results.append(futures[slug].result())
+            by_slug[slug] = future.result()
         except Exception as exc:
-            results.append(_failure(slug, exc))
-    return results
+            by_slug[slug] = _failure(slug, exc)
+        logger.info(finished_line(by_slug[slug], done, len(methods), time.perf_counter() - started))
+    return [by_slug[slug] for slug in methods]  # the table keeps the caller's order
 
 
 Runner = Literal["sequential", "dask"]

@@ -665,6 +665,11 @@ class MethodSpec:
     dataset: str  # folder under data/
     primary_metric: str  # a key of Metrics.values used for champion/challenger
     higher_is_better: bool = True
+    # What `paperline run --all` plans with: CPU seconds of `default` on one core, measured on the host whose
+    # reference timings `flows.pipelines.RECORDED_REFERENCE` holds, and the shares of that time by kind of
+    # work (tasks.speed.KINDS: gemm, conv, adam, python; they sum to 1). 0 = not measured yet.
+    default_cpu_seconds: float = 0.0
+    work_mix: tuple[tuple[str, float], ...] = (("adam", 0.5), ("python", 0.5))
 
     def module(self) -> ModuleType:
         return importlib.import_module(self.impl)

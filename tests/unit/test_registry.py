@@ -37,12 +37,32 @@ def test_unknown_method_lists_the_valid_ones():
 
 
 def test_parallel_runs_start_the_longest_methods_first():
-    from flows.pipelines import MEASURED_DEFAULT_SECONDS, longest_first
+    from flows.pipelines import longest_first, method_costs
     from models.registry import names
 
-    assert set(MEASURED_DEFAULT_SECONDS) == set(names()), "every method needs a measured default time"
+    costs = method_costs()
+    assert set(costs) == set(names()) and all(c.seconds > 0 for c in costs.values()), "a cost for every method"
+    assert all(abs(sum(c.mix.values()) - 1) < 1e-9 for c in costs.values()), "each work mix sums to 1"
     order = longest_first(names())
     assert sorted(order) == sorted(names())
-    times = [MEASURED_DEFAULT_SECONDS[m] for m in order]
+    times = [costs[m].seconds for m in order]
     assert times == sorted(times, reverse=True)
-    assert longest_first(["sleeping_rl", "sdp", "new_method"]) == ["sdp", "sleeping_rl", "new_method"]
+    longest, shortest = order[0], order[-1]
+    assert longest_first([shortest, longest, "new_method"]) == [longest, shortest, "new_method"]
+
+
+def test_the_wall_time_prediction_schedules_longest_first_on_the_workers():
+    from tasks.speed import MethodCost, predict
+
+    ref = {"gemm": 1.0, "conv": 1.0, "adam": 1.0, "python": 1.0}
+    costs = {
+        "a": MethodCost(100, {"conv": 1.0}),
+        "b": MethodCost(60, {"python": 1.0}),
+        "c": MethodCost(50, {"gemm": 1.0}),
+    }
+    one = predict(costs, ref, ref, list(costs), workers=1, overhead_seconds=0, startup_seconds=0)
+    assert one.wall_seconds == 210 and one.speed_ratio == 1.0
+    two = predict(costs, ref, ref, list(costs), workers=2, overhead_seconds=0, startup_seconds=0, contention=1.0)
+    assert two.wall_seconds == 110  # a alone; b then c on the other worker
+    slower_conv = predict(costs, ref, {**ref, "conv": 2.0}, list(costs), 1, overhead_seconds=0, startup_seconds=0)
+    assert slower_conv.per_method["a"] == 200 and slower_conv.per_method["b"] == 60
