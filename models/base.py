@@ -63,12 +63,56 @@ def _inside_project(value: str) -> str:
 RelPath = Annotated[str, AfterValidator(_inside_project)]
 
 
-def user_data_path(relative: str) -> Path:
-    """Where a user-supplied file named by a ``RelPath`` config field lives: under ``<project>/data/``."""
+USER_FILE_MAX_BYTES = 4 * 2**30  # a user-supplied data file above this is refused before it is read
+USER_DIR_MAX_ENTRIES = 100_000
+
+
+class UserDataError(ValueError):
+    """A user-supplied data path that must not be read: outside data/, a special file, too large."""
+
+
+def user_data_path(relative: str, max_bytes: int = USER_FILE_MAX_BYTES) -> Path:
+    """Where a user-supplied file or folder named by a ``RelPath`` config field lives: under ``<project>/data/``.
+
+    What is there must be a regular file or a folder of regular files (a FIFO would block the reader
+    forever, a device could be endless), must stay inside ``data/`` once symlinks are followed, and a file
+    must be at most ``max_bytes``. A path that does not exist is returned as is: the loader names it."""
     import os
 
     root = Path(os.environ.get("PAPERLINE_ROOT") or Path.cwd())
-    return root / "data" / _inside_project(relative)
+    data = root / "data"
+    path = data / _inside_project(relative)
+    if not os.path.lexists(path):
+        return path
+    _check_user_entry(path, relative, data.resolve(), max_bytes)
+    if path.is_dir():
+        for count, entry in enumerate(path.rglob("*")):
+            if count >= USER_DIR_MAX_ENTRIES:
+                raise UserDataError(f"data/{relative}: more than {USER_DIR_MAX_ENTRIES} entries; refusing to read it")
+            if entry.is_symlink() or not entry.is_dir():
+                _check_user_entry(entry, str(entry.relative_to(data)), data.resolve(), max_bytes)
+    return path
+
+
+def _check_user_entry(path: Path, name: str, data_root: Path, max_bytes: int) -> None:
+    import os
+    import stat
+
+    try:
+        resolved = path.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:  # a dangling link or a loop
+        raise UserDataError(f"data/{name}: cannot be resolved ({exc})") from None
+    if not resolved.is_relative_to(data_root):
+        raise UserDataError(f"data/{name} leads outside the project's data/ folder (to {resolved}); refusing it")
+    mode = os.stat(resolved).st_mode
+    if stat.S_ISDIR(mode):
+        return
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device or special file"
+        raise UserDataError(f"data/{name} is {kind}, not a regular file; refusing to read it")
+    size = os.stat(resolved).st_size
+    if size > max_bytes:
+        raise UserDataError(f"data/{name} is {size / 2**30:.1f} GiB, above the {max_bytes / 2**30:.1f} GiB limit")
 
 
 class StrictModel(BaseModel):
@@ -694,6 +738,7 @@ __all__ = [
     "Scale",
     "StrictModel",
     "TrainedArtifacts",
+    "UserDataError",
     "ValidationError",
     "dataset_meta",
     "verdict_of",

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -101,6 +102,16 @@ def _fresh_dir(path: Path) -> Path:
     return path
 
 
+@contextlib.contextmanager
+def _dropped_on_failure(staging: Path) -> Iterator[None]:
+    """A step that fails (or is interrupted) leaves no half-written ``*.partial`` folder behind."""
+    try:
+        yield
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
 def data_params(cfg: MethodConfig) -> dict:
     """The part of a config that shapes the dataset: ``seed`` and the ``data`` section."""
     dumped = cfg.model_dump(mode="json")
@@ -127,8 +138,9 @@ def prepare(spec: MethodSpec, cfg: MethodConfig, root: Path, reuse: bool = False
     staging = layout.data_dir.with_name(layout.data_dir.name + ".partial")
     _fresh_dir(staging)
     runtime.set_threads()
-    ref = spec.module().prepare(cfg, staging)
-    write_manifest(staging, {**ref.meta, "paperline_params": data_params_hash(cfg)})
+    with _dropped_on_failure(staging):
+        ref = spec.module().prepare(cfg, staging)
+        write_manifest(staging, {**ref.meta, "paperline_params": data_params_hash(cfg)})
     # Written under a temporary name and renamed: a crash never leaves a half dataset behind.
     if layout.data_dir.exists():
         shutil.rmtree(layout.data_dir)
@@ -158,7 +170,7 @@ def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
     module = spec.module()
     runtime.set_threads()
     runtime.seed_everything(cfg.seed)
-    with runtime.checkpointing(checkpoints), evidence.recording() as recorded:
+    with _dropped_on_failure(staging), runtime.checkpointing(checkpoints), evidence.recording() as recorded:
         artifacts = module.train(cfg, data, staging)
     # What the selection and early-stopping helpers recorded, for the verdict diagnostics.
     own = evidence.Evidence.from_dict(artifacts.evidence)
@@ -175,23 +187,44 @@ def train(spec: MethodSpec, cfg: MethodConfig, root: Path) -> TrainedArtifacts:
 
 
 def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, ClaimResult]:
+    """Evaluate and measure the claim. Figures are drawn into ``outputs/<slug>/evaluate.partial/plots`` and
+    the results replace ``plots/``, ``metrics.json`` and ``claim.json`` only once all of them are complete: a
+    kill half-way leaves the previous evaluation whole."""
     layout = Layout(Path(root), spec)
     data = load_data(spec, root)
     artifacts = TrainedArtifacts.load(layout.model_dir)
-    _fresh_dir(layout.plots_dir)
+    staging = _fresh_dir(layout.out_dir / "evaluate.partial")
+    (staging / "plots").mkdir()
     module = spec.module()
     runtime.set_threads()
     runtime.seed_everything(cfg.seed)
-    metrics = module.evaluate(cfg, data, artifacts, layout.out_dir)
-    result = module.claim(cfg, metrics)
-    diagnostics.diagnose(result, evidence.Evidence.from_dict(artifacts.evidence))
-    # A NaN estimate already fails its criterion (models.base.Criterion.state); figures must be finite too.
-    bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
-    result.sanity.setdefault("finite_metrics", not bad)
-    # The per-unit values join the flat keys (<arm>/<label>/<metric>) that metrics.json and MLflow hold.
-    metrics.values = metrics.flat()
-    layout.metrics_file.write_text(json.dumps(metrics.values, indent=2, sort_keys=True, default=float))
-    layout.claim_file.write_text(json.dumps(result.to_dict(), indent=2, default=float))
+    with _dropped_on_failure(staging):
+        metrics = module.evaluate(cfg, data, artifacts, staging)
+        result = module.claim(cfg, metrics)
+        diagnostics.diagnose(result, evidence.Evidence.from_dict(artifacts.evidence))
+        # A NaN estimate already fails its criterion (models.base.Criterion.state); figures must be finite too.
+        bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
+        result.sanity.setdefault("finite_metrics", not bad)
+        # The per-unit values join the flat keys (<arm>/<label>/<metric>) that metrics.json and MLflow hold.
+        metrics.values = metrics.flat()
+        (staging / "metrics.json").write_text(json.dumps(metrics.values, indent=2, sort_keys=True, default=float))
+        (staging / "claim.json").write_text(json.dumps(result.to_dict(), indent=2, default=float))
+        stray = [p for p in metrics.figures if Path(p).parent != staging / "plots"]
+        if stray:
+            raise ValueError(f"{spec.slug}: evaluate wrote figures outside out_dir/plots: {stray[:3]}")
+    # Swap in the complete evaluation: the plots folder by rename, the two files by atomic replace.
+    old = layout.out_dir / "plots.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if layout.plots_dir.exists():
+        layout.plots_dir.rename(old)
+    (staging / "plots").rename(layout.plots_dir)
+    for entry in staging.iterdir():  # metrics.json, claim.json and what else evaluate wrote beside them
+        if entry.is_dir():
+            shutil.rmtree(layout.out_dir / entry.name, ignore_errors=True)
+        os.replace(entry, layout.out_dir / entry.name)
+    shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    metrics.figures = [layout.plots_dir / Path(p).name for p in metrics.figures]
     return metrics, result
 
 

@@ -27,7 +27,7 @@ class Config(MethodConfig):
     data: Data = Data()
     quality: float = 0.9  # becomes the primary metric: lets a test make a worse model on purpose
     spread: float = 0.0  # per-seed scatter of the score around ``quality``: lets a test make a claim inconclusive
-    fail: Literal["none", "nan", "sanity"] = "none"
+    fail: Literal["none", "nan", "sanity", "prepare", "evaluate"] = "none"
 
 
 SEEDS = 3
@@ -47,6 +47,8 @@ class Predictor:
 def prepare(cfg: Config, data_dir: Path):
     x = np.random.default_rng(cfg.seed).normal(size=cfg.data.n)
     np.save(data_dir / "x.npy", x)
+    if cfg.fail == "prepare":
+        raise OSError("disk full while writing the dataset")
     provenance = "numpy normal draws" if cfg.data.source == "synthetic" else "a stand-in for a real file (tests)"
     return write_manifest(data_dir, dataset_meta(cfg.data.source, provenance, n=cfg.data.n))
 
@@ -75,6 +77,8 @@ def evaluate(cfg: Config, data, artifacts, out_dir: Path) -> Metrics:
     path = out_dir / "plots" / "loss.png"
     fig.savefig(path)
     plt.close(fig)
+    if cfg.fail == "evaluate":
+        raise RuntimeError("killed half-way through evaluate")
     offsets = np.linspace(-cfg.spread, cfg.spread, SEEDS)
     per_seed = {f"method/seed{i}/score": cfg.quality + offsets[i] for i in range(SEEDS)}
     return Metrics({"method/score": cfg.quality, "baseline/score": 0.5, **per_seed}, [path])

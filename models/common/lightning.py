@@ -386,7 +386,9 @@ def fit(
         saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds(), checkpoint_session(), train_loader)
         history.on_epoch_logged = saver.save
         callbacks += [saver, HistoryState(history)]
-        state = _load_checkpoint(ckpt_dir / "last.ckpt", variant) if (ckpt_dir / "last.ckpt").is_file() else None
+        state = (
+            _load_checkpoint(ckpt_dir / "last.ckpt", variant, module) if (ckpt_dir / "last.ckpt").is_file() else None
+        )
         if state is not None:
             resume_from, complete = str(ckpt_dir / "last.ckpt"), bool(state.get("paperline_fit_complete", False))
             how = "completed earlier, loading" if complete else "resuming"
@@ -443,17 +445,31 @@ def fit(
     return history.records
 
 
-def _load_checkpoint(path, variant: str) -> dict | None:
-    """``path`` loaded with ``weights_only=True``, or None. One that does not load (objects the safe loader
-    refuses, a file truncated or emptied by a crash or a full disk) is renamed aside and reported, and the
-    fit starts afresh: an unreadable checkpoint never blocks later runs."""
+CHECKPOINT_KEYS = ("pytorch-lightning_version", "state_dict", "loops", "callbacks", "optimizer_states", "epoch")
+
+
+class WrongCheckpoint(ValueError):
+    """A checkpoint that loads but is not this fit's Lightning checkpoint."""
+
+
+def _load_checkpoint(path, variant: str, module=None) -> dict | None:
+    """``path`` loaded with ``weights_only=True`` and checked to be this fit's Lightning checkpoint, or None.
+    One that does not load (objects the safe loader refuses, a file truncated or emptied by a crash or a full
+    disk) or loads but is something else (another module's weights, a dict without Lightning's keys) is
+    renamed aside and reported, and the fit starts afresh: a bad checkpoint never blocks later runs."""
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        _check_checkpoint(state, module)
+        return state
     except (pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError, KeyError, AttributeError) as exc:
         aside = path.with_name(f"{path.name}.unreadable-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(path, aside)
         reason = (
-            "holds objects weights_only=True refuses" if isinstance(exc, pickle.UnpicklingError) else "is unreadable"
+            "holds objects weights_only=True refuses"
+            if isinstance(exc, pickle.UnpicklingError)
+            else "is not this fit's checkpoint"
+            if isinstance(exc, WrongCheckpoint)
+            else "is unreadable"
         )
         print(
             f"  {path} {reason} ({type(exc).__name__}: {str(exc)[:200]}); set aside as {aside.name}; "
@@ -461,3 +477,18 @@ def _load_checkpoint(path, variant: str) -> dict | None:
             flush=True,
         )
         return None
+
+
+def _check_checkpoint(state, module) -> None:
+    if not isinstance(state, dict):
+        raise WrongCheckpoint(f"a {type(state).__name__}, not a checkpoint dict")
+    missing = [k for k in CHECKPOINT_KEYS if k not in state]
+    if missing:
+        raise WrongCheckpoint(f"no {', '.join(missing)}")
+    if module is None:
+        return
+    expected = {k: tuple(v.shape) for k, v in module.state_dict().items()}
+    found = {k: tuple(getattr(v, "shape", ())) for k, v in state["state_dict"].items()}
+    if expected != found:
+        differ = sorted(set(expected) ^ set(found)) or [k for k in expected if expected[k] != found[k]]
+        raise WrongCheckpoint(f"its weights do not match the module's ({', '.join(differ[:4])})")

@@ -204,3 +204,33 @@ def test_an_unreadable_checkpoint_is_set_aside_and_the_fit_restarts(tmp_path, ca
     assert "is unreadable" in out and "set aside" in out and "from scratch" in out
     assert [p.name.split("-")[0] for p in ckpt.parent.glob("last.ckpt.unreadable-*")] == ["last.ckpt.unreadable"]
     assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
+
+
+@pytest.mark.parametrize("content", ["plain dict", "other weights", "a tensor"])
+def test_a_loadable_but_wrong_checkpoint_is_set_aside_and_the_fit_restarts(tmp_path, capfd, content):
+    """A file that loads with weights_only=True but is not this fit's Lightning checkpoint (it once failed
+    every later run with KeyError: 'pytorch-lightning_version') is treated like an unreadable one."""
+    import torch
+
+    from models.common.runtime import checkpointing
+    from tests.unit.test_lightning_resume import Crash, _train
+
+    with checkpointing(tmp_path), pytest.raises(SystemExit):
+        _train(6, callbacks=[Crash(epoch=3)])
+    ckpt = tmp_path / "001-method" / "last.ckpt"
+    state = torch.load(ckpt, weights_only=True)
+    if content == "plain dict":
+        wrong = {"epoch": 1}
+    elif content == "other weights":
+        wrong = {**state, "state_dict": {"net.weight": torch.zeros(3, 3)}}
+    else:
+        wrong = torch.zeros(2)
+    torch.save(wrong, ckpt)
+    _, full_records = _train(6)
+    capfd.readouterr()
+    for _ in range(2):  # and the next run is not blocked either
+        with checkpointing(tmp_path):
+            _, records = _train(6)
+        assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
+    out = capfd.readouterr().out
+    assert "is not this fit's checkpoint" in out and "set aside" in out and "from scratch" in out

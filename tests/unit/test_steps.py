@@ -56,3 +56,27 @@ def test_metric_names_are_made_mlflow_legal():
     assert metric_name("eval/method/recon_mse_noise0.3_s2_1e+04") == "eval/method/recon_mse_noise0.3_s2_1e_04"
     assert metric_name("claim/acc gap (pts)") == "claim/acc gap _pts_"
     assert metric_name("train/loss") == "train/loss"
+
+
+def test_a_failed_step_leaves_the_previous_outputs_whole_and_no_partial_folder(tmp_path):
+    """A step replaces its outputs only once the new ones are complete (a kill during evaluate once left
+    ``plots/`` empty beside the old ``metrics.json``); a failed prepare or evaluate leaves no ``*.partial``."""
+    from tasks import steps
+    from tests import toy_method
+
+    spec = toy_method.SPEC
+    good = spec.make_config("default")
+    steps.prepare(spec, good, tmp_path)
+    steps.train(spec, good, tmp_path)
+    steps.evaluate(spec, good, tmp_path)
+    layout = steps.Layout(tmp_path, spec)
+    before = {p.name: p.read_bytes() for p in (layout.metrics_file, layout.claim_file, layout.plots_dir / "loss.png")}
+
+    with pytest.raises(RuntimeError, match="half-way"):
+        steps.evaluate(spec, spec.make_config("default", {"fail": "evaluate"}), tmp_path)
+    after = {p.name: p.read_bytes() for p in (layout.metrics_file, layout.claim_file, layout.plots_dir / "loss.png")}
+    assert after == before
+    with pytest.raises(OSError, match="disk full"):
+        steps.prepare(spec, spec.make_config("default", {"fail": "prepare", "data.n": 65}), tmp_path)
+    assert read_dataset(layout.data_dir).meta["n"] == 64  # the old dataset is intact
+    assert not list(tmp_path.rglob("*.partial")), list(tmp_path.rglob("*.partial"))
