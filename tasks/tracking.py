@@ -118,13 +118,16 @@ def git_commit(root: Path) -> str:
 
 
 def close_dead_runs(c, experiment_id: str) -> list[str]:
-    """Mark KILLED the RUNNING pipeline runs whose process on this host has died (SIGKILL, power
-    loss): the next run of the method says what happened to them instead of leaving them open."""
+    """Mark KILLED the RUNNING runs whose process on this host has died (SIGKILL, power loss), children
+    (variant runs) included, and every RUNNING child whose parent is no longer RUNNING (a crash or a full
+    disk half-way through logging): the next run of the method says what happened instead of leaving them
+    open. Returns the ids it closed."""
     from tasks import env
 
     hostname = socket.gethostname()
+    running = list(all_runs(c, experiment_id, "attributes.status = 'RUNNING'"))
     closed = []
-    for run in all_runs(c, experiment_id, "attributes.status = 'RUNNING'"):
+    for run in running:
         tags = run.data.tags
         pid = tags.get(f"{TAG}.pid", "")
         if tags.get(f"{TAG}.host") != hostname or not pid.isdigit() or env.pid_alive(int(pid)):
@@ -132,7 +135,27 @@ def close_dead_runs(c, experiment_id: str) -> list[str]:
         c.set_tag(run.info.run_id, f"{TAG}.failure", f"process {pid} died before the run finished")
         c.set_terminated(run.info.run_id, status="KILLED")
         closed.append(run.info.run_id)
+    for run in running:
+        parent = run.data.tags.get("mlflow.parentRunId")
+        if not parent or run.info.run_id in closed:
+            continue
+        try:
+            parent_status = c.get_run(parent).info.status
+        except Exception:  # the parent was deleted
+            parent_status = "DELETED"
+        if parent_status != "RUNNING":
+            c.set_tag(run.info.run_id, f"{TAG}.failure", f"its pipeline run ended {parent_status} before it closed")
+            c.set_terminated(run.info.run_id, status="KILLED" if parent_status == "KILLED" else "FAILED")
+            closed.append(run.info.run_id)
     return closed
+
+
+def close_children(c, run_id: str, status: str = "FAILED") -> None:
+    """End every child run of ``run_id`` still RUNNING with ``status`` (the parent is ending)."""
+    experiment = c.get_run(run_id).info.experiment_id
+    flt = f"tags.mlflow.parentRunId = '{run_id}' and attributes.status = 'RUNNING'"
+    for child in list(all_runs(c, experiment, flt)):
+        c.set_terminated(child.info.run_id, status=status)
 
 
 def all_runs(c, experiment_id: str, filter_string: str = "", order_by: list[str] | None = None):
@@ -150,7 +173,9 @@ def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run
     """Open the parent run before any work, so a crash is recorded as a FAILED run."""
     c = client(root)
     exp = ensure_experiment(c, spec, root)
-    close_dead_runs(c, exp)
+    closed = close_dead_runs(c, exp)
+    if closed:
+        print(f"{spec.slug}: closed {len(closed)} run(s) a dead process had left open: {', '.join(closed)}", flush=True)
     tags = {
         f"{TAG}.pid": str(os.getpid()),
         f"{TAG}.host": socket.gethostname(),
@@ -174,7 +199,10 @@ def start_pipeline_run(spec: MethodSpec, cfg: MethodConfig, root: Path, flow_run
 def fail_run(root: Path, run_id: str, reason: str) -> None:
     c = client(root)
     c.set_tag(run_id, f"{TAG}.failure", reason[:5000])
-    c.set_terminated(run_id, status="FAILED")
+    try:
+        close_children(c, run_id)
+    finally:
+        c.set_terminated(run_id, status="FAILED")
 
 
 def _metric_batches(records: list[dict[str, float]], prefix: str, timestamp: int):
@@ -218,6 +246,8 @@ def log_results(
         c.set_tag(run_id, f"{TAG}.dvc_md5", dvc_md5)
     # A retried publish after a crash half-way re-logs the variants: drop the half-logged ones first.
     for old in list(all_runs(c, run.info.experiment_id, f"tags.mlflow.parentRunId = '{run_id}'")):
+        if old.info.status == "RUNNING":
+            c.set_terminated(old.info.run_id, status="FAILED")
         c.delete_run(old.info.run_id)
     for variant, records in artifacts.history.items():
         child = c.create_run(
@@ -227,6 +257,9 @@ def log_results(
                 "mlflow.runName": f"{spec.slug}/{variant}",
                 f"{TAG}.variant": variant,
                 f"{TAG}.method": spec.slug,
+                # So the next run can tell a child of a dead process from one being logged right now.
+                f"{TAG}.pid": str(os.getpid()),
+                f"{TAG}.host": socket.gethostname(),
             },
         )
         for batch in _metric_batches(records, "train", now):
@@ -386,7 +419,9 @@ def log_model(root: Path, run_id: str, spec: MethodSpec, cfg: MethodConfig, mode
                 pip_requirements=PIP_REQUIREMENTS,
                 registered_model_name=registered_name(spec),
             )
-    # log_model's start_run context ended the run FINISHED; publish sets the final status.
+    # log_model's start_run context ended the run FINISHED: reopen it, so a process killed before publish
+    # decides stays RUNNING and the next run marks it KILLED; publish sets the final status.
+    client(root).update_run(run_id, status="RUNNING")
     return str(info.registered_model_version)
 
 

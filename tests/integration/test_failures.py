@@ -131,3 +131,94 @@ def test_a_version_left_by_a_killed_publish_is_marked_orphaned(prefect_harness, 
     assert tags["paperline.decision"] == "orphaned" and "interrupted" in tags["paperline.reason"]
     assert result["version"] == "2" and result["promoted"]  # the orphan (0.99) was never ranked
     assert publish.version_of_run(c, spec, killed_run) == orphan
+
+
+def _dead_pid() -> str:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return str(child.pid)
+
+
+def _running(c, experiment_id: str) -> list[str]:
+    return [r.info.run_id for r in tracking.all_runs(c, experiment_id, "attributes.status = 'RUNNING'")]
+
+
+def test_a_run_killed_after_registration_is_marked_killed_not_finished(prefect_harness, project, toy):
+    """log_model's MLflow context used to end the run FINISHED, so a kill before the decision left it looking done."""
+    from tasks import steps
+
+    spec = toy_method.SPEC
+    cfg = spec.make_config(Scale.default, {"quality": 0.99})
+    for step in (steps.prepare, steps.train, steps.evaluate):
+        step(spec, cfg, project)
+    killed = tracking.start_pipeline_run(spec, cfg, project)
+    tracking.log_model(project, killed, spec, cfg, project / "outputs" / "toy" / "model")
+    c = tracking.client(project)
+    assert c.get_run(killed).info.status == "RUNNING"  # reopened after log_model; publish decides the end
+    c.set_tag(killed, "paperline.pid", _dead_pid())  # ... and then the process was SIGKILLed
+    toy("quality=0.8")
+    run = c.get_run(killed)
+    assert run.info.status == "KILLED" and "died" in run.data.tags["paperline.failure"]
+
+
+def test_children_left_running_by_a_kill_are_closed_by_the_next_run(prefect_harness, project, toy, capsys):
+    spec = toy_method.SPEC
+    cfg = spec.make_config(Scale.default)
+    c = tracking.client(project)
+    dead = _dead_pid()
+    parent = tracking.start_pipeline_run(spec, cfg, project)
+    exp = c.get_run(parent).info.experiment_id
+    c.set_tag(parent, "paperline.pid", dead)
+    child = c.create_run(exp, tags={"mlflow.parentRunId": parent, "paperline.pid": dead, "paperline.host": "x"})
+    failed = tracking.start_pipeline_run(spec, cfg, project)  # a parent that ended FAILED, its child still open
+    orphan = c.create_run(exp, tags={"mlflow.parentRunId": failed}).info.run_id
+    c.set_terminated(failed, status="FAILED")
+    toy("quality=0.8")
+    assert _running(c, exp) == []
+    assert c.get_run(child.info.run_id).info.status == "KILLED" and c.get_run(orphan).info.status == "FAILED"
+    assert "run(s) a dead process had left open" in capsys.readouterr().out
+
+
+def test_a_full_disk_in_publish_leaves_nothing_running_after_the_next_run(prefect_harness, project, toy):
+    """Publish under a small RLIMIT_FSIZE (as `ulimit -f`): it fails half-way through logging; whatever it
+    left open, the next run closes."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import os, resource, sys
+        from models import registry
+        from tests import toy_method
+        registry.METHODS["toy"] = toy_method.SPEC
+        from tasks import publish, steps, tracking
+        root = __import__("pathlib").Path(os.environ["PAPERLINE_ROOT"])
+        spec = toy_method.SPEC; cfg = spec.make_config("default")
+        for step in (steps.prepare, steps.train, steps.evaluate):
+            step(spec, cfg, root)
+        run_id = tracking.start_pipeline_run(spec, cfg, root)
+        print(run_id, flush=True)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, 2048))  # no file may grow past 2 KiB now
+        try:
+            publish.publish(spec, cfg, root, run_id)
+        except Exception as exc:
+            print("publish failed:", type(exc).__name__, str(exc)[:200], flush=True)
+            try:
+                tracking.fail_run(root, run_id, str(exc))
+            except Exception as again:
+                print("fail_run failed too:", type(again).__name__, flush=True)
+            sys.exit(3)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "publish failed" in out.stdout
+    c = tracking.client(project)
+    exp = c.get_experiment_by_name("paperline/toy").experiment_id
+    assert _running(c, exp), "the failed publish left runs open (the case under test)"
+    toy("quality=0.8")
+    assert _running(c, exp) == [], [(r, c.get_run(r).data.tags.get("mlflow.runName")) for r in _running(c, exp)]
