@@ -304,6 +304,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     if args.host != servers.LOOPBACK and not args.allow_remote:
         return _fail(f"--host {args.host} exposes the servers beyond this machine; add --allow-remote to confirm")
     try:
+        servers.check_ports(args.prefect_port, args.mlflow_port)
+    except ValueError as exc:
+        return _fail(str(exc))
+    try:
         info = servers.up(root, args.host, args.prefect_port, args.mlflow_port)
     except (RuntimeError, TimeoutError) as exc:
         return _fail(str(exc), 1)

@@ -8,8 +8,11 @@ sub-flow) or, with ``runner="dask"``, in parallel on a Dask cluster through ``pr
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from typing import Literal
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from tasks import env
 
@@ -206,6 +209,8 @@ def _run_parallel(methods: list[str], scale: Scale, overrides: list[str] | None)
 
 
 Runner = Literal["sequential", "dask"]
+# Bounds a served deployment's form and API enforce too (its parameter schema carries them).
+DaskWorkers = Annotated[int, Field(ge=1, le=max(4, 4 * (os.cpu_count() or 1)))]
 
 
 def dask_runner(address: str | None = None, workers: int = 2):
@@ -215,6 +220,8 @@ def dask_runner(address: str | None = None, workers: int = 2):
 
     if address:
         return DaskTaskRunner(address=address)
+    if not 1 <= workers <= max(4, 4 * (os.cpu_count() or 1)):
+        raise ValueError(f"dask_workers={workers}: expected 1 to {max(4, 4 * (os.cpu_count() or 1))} local workers")
     import logging
 
     for name in ("distributed", "distributed.http.proxy"):  # cluster start-up chatter
@@ -290,7 +297,7 @@ def all_methods(
     scale: Scale = Scale.default,
     runner: Runner = "sequential",
     dask_address: str | None = None,
-    dask_workers: int = 2,
+    dask_workers: DaskWorkers = 2,
 ) -> list[dict]:
     """Every (or the chosen) registered method; a failure does not stop the rest.
 

@@ -158,11 +158,38 @@ def _uvicorn_prefect(host: str, port: int, *extra: str) -> list[str]:
     ]
 
 
+@contextlib.contextmanager
+def _servers_lock(root: Path) -> Iterator[None]:
+    """One ``up``/``down`` at a time per project: two ``up`` at once both found no server, both started one,
+    and the one whose record was overwritten kept listening where ``down`` could not stop it."""
+    from filelock import FileLock
+
+    env.make_state_dirs(root)
+    with FileLock(str(env.state_dir(root) / "servers.lock")):
+        yield
+
+
+def check_ports(prefect_port: int, mlflow_port: int) -> None:
+    """Both ports in 1-65535 and different; a clear error naming the flag otherwise."""
+    for name, port in (("--prefect-port", prefect_port), ("--mlflow-port", mlflow_port)):
+        if not 1 <= port <= 65535:
+            raise ValueError(f"{name} {port}: a TCP port is 1 to 65535")
+    if prefect_port == mlflow_port:
+        raise ValueError(f"--prefect-port and --mlflow-port are both {prefect_port}; the two servers need two ports")
+
+
 def up(
     root: Path, host: str = LOOPBACK, prefect_port: int = 4200, mlflow_port: int = 5000, timeout: float = 300.0
 ) -> dict[str, dict]:
-    """Start both servers (unless already up), wait for their health checks, record PIDs."""
+    """Start both servers (unless already up), wait for their health checks, record PIDs. A second ``up``
+    while one is starting waits for it and then finds its servers running."""
+    check_ports(prefect_port, mlflow_port)
     env.configure(root)
+    with _servers_lock(root):
+        return _up(root, host, prefect_port, mlflow_port, timeout)
+
+
+def _up(root: Path, host: str, prefect_port: int, mlflow_port: int, timeout: float) -> dict[str, dict]:
     env.make_state_dirs(root)
     if host != LOOPBACK:
         print(
@@ -241,7 +268,7 @@ def up(
         try:
             _wait_healthy(health_url, proc, log, timeout)
         except Exception:
-            down(root)
+            _down(root)
             raise
     return started
 
@@ -249,6 +276,11 @@ def up(
 def down(root: Path, timeout: float = 20.0) -> list[str]:
     """Stop exactly the process groups ``up`` started (SIGTERM, then SIGKILL); a record whose PID
     now belongs to another process is dropped without signalling anything."""
+    with _servers_lock(root):
+        return _down(root, timeout)
+
+
+def _down(root: Path, timeout: float = 20.0) -> list[str]:
     path = _record(root)
     stopped = []
     for name, info in _records(root).items():

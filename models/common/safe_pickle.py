@@ -41,6 +41,55 @@ class _AllowListUnpickler(pickle.Unpickler):
             raise self.refuse(module, name) from None
 
 
+MAX_SPARSE_CELLS = 2**34  # rows x columns of a sparse matrix a loader may densify
+
+
+class MalformedPickle(ValueError):
+    """An allow-listed object whose structure is inconsistent (a sparse matrix with out-of-range indices)."""
+
+
 def load(file: IO[bytes], allowed: Allowed, refuse: Callable[[str, str], Exception]):
-    """Unpickle ``file`` building only ``allowed``'s globals; ``refuse(module, name)`` is raised for any other."""
-    return _AllowListUnpickler(file, allowed, refuse).load()
+    """Unpickle ``file`` building only ``allowed``'s globals; ``refuse(module, name)`` is raised for any other.
+
+    Allow-listed classes can still carry inconsistent parts: a scipy sparse matrix is built from pickled
+    ``indices``/``indptr``/``shape`` without any check, and ``toarray()`` on out-of-range indices writes out of
+    bounds (a segfault). Every sparse matrix in the result is therefore checked in full before it is returned."""
+    return _checked(_AllowListUnpickler(file, allowed, refuse).load())
+
+
+def _checked(obj, depth: int = 0):
+    if depth > 8:
+        return obj
+    if isinstance(obj, dict):
+        for value in obj.values():
+            _checked(value, depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _checked(value, depth + 1)
+    elif type(obj).__module__.startswith("scipy.sparse"):
+        _check_sparse(obj)
+    return obj
+
+
+def _check_sparse(matrix) -> None:
+    import numpy as np
+
+    shape = getattr(matrix, "shape", None)
+    if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(n, (int, np.integer)) for n in shape)):
+        raise MalformedPickle(f"a sparse matrix with shape {shape!r}")
+    rows, cols = (int(n) for n in shape)
+    if rows < 0 or cols < 0 or rows * cols > MAX_SPARSE_CELLS:
+        raise MalformedPickle(f"a sparse matrix of shape {shape} (at most {MAX_SPARSE_CELLS} cells)")
+    try:
+        if hasattr(matrix, "indptr"):  # CSR/CSC: indices inside the shape, indptr monotone and ending at nnz
+            matrix.check_format(full_check=True)
+        elif hasattr(matrix, "row") and hasattr(matrix, "col"):  # COO
+            row, col = np.asarray(matrix.row), np.asarray(matrix.col)
+            if row.size and (row.min() < 0 or row.max() >= rows or col.min() < 0 or col.max() >= cols):
+                raise ValueError("row/column indices outside the shape")
+            if not (row.size == col.size == np.asarray(matrix.data).size):
+                raise ValueError("row, col and data lengths differ")
+        else:
+            raise ValueError(f"unsupported sparse type {type(matrix).__name__}")
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise MalformedPickle(f"an inconsistent sparse matrix ({type(matrix).__name__} {shape}): {exc}") from None

@@ -152,3 +152,38 @@ def test_servers_refuse_foreign_origins_and_hosts(tmp_path):
             assert [f.name for f in client.read_flows()] == ["made-by-prefect-client"]  # nothing planted
     finally:
         servers.down(tmp_path)
+
+
+def test_two_ups_at_once_leave_one_pair_of_servers_that_down_stops(tmp_path):
+    """Two `paperline up` started together once both reported success and left an MLflow server listening
+    that `paperline down` could not stop; now the second waits for the first and finds its servers."""
+    pp, mp = _free_port(), _free_port()
+    env = dict(os.environ, PAPERLINE_ROOT=str(tmp_path))
+    cmd = [sys.executable, "-m", "flows.cli", "up", "--prefect-port", str(pp), "--mlflow-port", str(mp)]
+    first, second = (subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) for _ in range(2))
+    try:
+        outs = [p.communicate(timeout=300)[0] for p in (first, second)]
+        assert first.returncode == second.returncode == 0, outs
+        pids = [{line.split("pid ")[1].split(",")[0] for line in out.splitlines() if "(pid " in line} for out in outs]
+        assert pids[0] == pids[1] and len(pids[0]) == 2  # the same two servers, reported twice
+    finally:
+        down = subprocess.run([sys.executable, "-m", "flows.cli", "down"], cwd=ROOT, env=env, capture_output=True)
+    assert down.returncode == 0
+    for port in (pp, mp):
+        assert _listening(port) == [], f"a server still listens on {port}"
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--prefect-port", "70000"], "--prefect-port 70000: a TCP port is 1 to 65535"),
+        (["--mlflow-port", "0"], "--mlflow-port 0: a TCP port is 1 to 65535"),
+        (["--prefect-port", "5055", "--mlflow-port", "5055"], "both 5055; the two servers need two ports"),
+    ],
+)
+def test_bad_ports_are_refused_in_one_line(tmp_path, flags, message):
+    env = dict(os.environ, PAPERLINE_ROOT=str(tmp_path))
+    proc = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "up", *flags], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and message in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

@@ -36,3 +36,22 @@ def test_prefect_yaml_matches_the_served_deployments():
         module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
         assert callable(getattr(module, func))
         assert d["work_pool"]["name"] == "paperline-process"
+
+
+def test_the_served_all_methods_form_bounds_the_worker_count_and_the_flow_refuses_zero():
+    """A served run with dask_workers=0 or -3 once stayed RUNNING forever with no method started."""
+    import pytest
+    from prefect.exceptions import ParameterTypeError
+
+    from flows.pipelines import all_methods, dask_runner
+    from flows.serve import deployments
+
+    deps = {d.name: d for d in deployments()}
+    workers = deps["all-methods"]._parameter_openapi_schema.model_dump()["properties"]["dask_workers"]
+    assert workers["minimum"] == 1 and workers["maximum"] >= 4
+    assert deps["all-methods"].enforce_parameter_schema is not False
+    for bad in (0, -3):
+        with pytest.raises(ParameterTypeError, match="greater than or equal to 1"):
+            all_methods.validate_parameters({"dask_workers": bad})
+        with pytest.raises(ValueError, match="dask_workers"):
+            dask_runner(workers=bad)

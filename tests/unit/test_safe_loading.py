@@ -234,3 +234,33 @@ def test_a_loadable_but_wrong_checkpoint_is_set_aside_and_the_fit_restarts(tmp_p
         assert [r["train/loss"] for r in records] == pytest.approx([r["train/loss"] for r in full_records], rel=1e-5)
     out = capfd.readouterr().out
     assert "is not this fit's checkpoint" in out and "set aside" in out and "from scratch" in out
+
+
+def test_an_allow_listed_sparse_matrix_with_out_of_range_indices_is_refused_not_densified(tmp_path):
+    """A csr_matrix passes the allow-list, but its pickled indices are never checked by scipy: toarray() on
+    index 10^8 wrote out of bounds and killed the process (SIGSEGV). It is now refused at load (in a
+    subprocess, so a regression shows as a crash code instead of taking pytest down)."""
+    import pickle
+    import subprocess
+    import sys
+
+    import numpy as np
+    import scipy.sparse as sp
+
+    bad = sp.csr_matrix(np.eye(5, 2, dtype=np.float32))
+    bad.indices = np.array([100_000_000, 1], dtype=np.int32)
+    with open(tmp_path / "ind.x.allx", "wb") as fh:
+        pickle.dump(bad, fh, protocol=2)
+    good = sp.csr_matrix(np.eye(5, 2, dtype=np.float32))
+    with open(tmp_path / "ind.x.tx", "wb") as fh:
+        pickle.dump({"graph": [good]}, fh, protocol=2)
+    code = (
+        "import sys; from pathlib import Path; from models.hpde_gnn.data import read_planetoid_pickle\n"
+        "m = read_planetoid_pickle(Path(sys.argv[1]) / 'ind.x.tx'); print('good', m['graph'][0].toarray().sum())\n"
+        "try:\n    read_planetoid_pickle(Path(sys.argv[1]) / 'ind.x.allx').toarray()\n"
+        "except Exception as exc:\n    print('refused', type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, f"rc {out.returncode}: {out.stderr[-500:]}"
+    assert "good 2.0" in out.stdout
+    assert "refused PlanetoidFormatError" in out.stdout and "inconsistent sparse matrix" in out.stdout
