@@ -37,7 +37,7 @@ weights); k-means chooses its view weighting from ``kmeans_weightings`` the same
 is reported on the *other* (test) samples. The grid is searched on the first seed and reused on
 the others unless ``select_lr_per_seed`` (paper scale). Every arm of a seed shares its split,
 initial encoder weights and batch order. Chosen values and best epochs: ``select/...`` in the
-training summary and ``<arm>/seed<k>/{lr,best_epoch}`` in the metrics.
+training summary and the per-seed units ``lr``/``best_epoch`` of each arm in the metrics.
 
 Metrics: ACC (Hungarian matching), NMI and ARI on the test samples, per seed and as a mean with
 its 95 % t-interval over seeds. The official code reports the best over epochs and runs instead:
@@ -86,11 +86,22 @@ from sklearn.cluster import KMeans
 from sklearn.preprocessing import StandardScaler
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, TrainedArtifacts, dataset_meta, user_data_path, write_manifest
+from models.base import (
+    ClaimResult,
+    Control,
+    DatasetRef,
+    Metrics,
+    Separation,
+    TrainedArtifacts,
+    dataset_meta,
+    user_data_path,
+    write_manifest,
+)
 from models.common import raw_data
 from models.common import verdicts as V
 from models.common.lightning import fit
 from models.common.selection import early_stopping_callbacks, grid, learns_task, select_on_validation
+from models.common.units import unit_labels
 
 from . import plots
 from .algorithm import clustering_scores, fuse_views
@@ -113,6 +124,8 @@ ARCH_FILE = "arch.json"
 # Trained variant -> metric prefix; k-means is "baseline_kmeans".
 PREFIX = {"sdcib": "method", "last_layer": "baseline", "no_ib": "baseline_no_ib"}
 KMEANS = "baseline_kmeans"
+# The negative control: the method's network untrained, scored as if it were the method.
+CONTROL = "control_untrained"
 LOSS_BOUND = 1e4  # the brief's must-pass bound on |L|
 SCORES = ("acc", "nmi", "ari")
 
@@ -270,6 +283,7 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     summary: dict[str, float] = {}
     per_seed: dict[str, list[float]] = {}
     chosen_lr: dict[str, float] = {}
+    units = unit_labels("seed", cfg.n_seeds)
     for k in range(cfg.n_seeds):
         seed = cfg.seed + k
         is_val = validation_split(labels, cfg.val_fraction, seed)
@@ -279,17 +293,21 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             search = k == 0 or cfg.select_lr_per_seed
             points = grid(lr=cfg.lr_grid) if search else [{"lr": chosen_lr[variant]}]
             selection, (net, records, best) = select_on_validation(
-                f"{prefix}/seed{k}",
+                prefix,
                 points,
                 lambda point, variant=variant, seed=seed, dataset=dataset: train_variant(
                     cfg, arch, dataset, variant, seed, point["lr"]
                 ),
                 metric="acc",
+                unit=units[k],
             )
+            best.record(prefix, units[k])  # the chosen point's fit is the compared one of this seed
             chosen_lr[variant] = selection.chosen["lr"]
             torch.save(net.state_dict(), weights_file(out_dir, variant, k))
             history[history_key(prefix, k)] = records
-            summary.update(selection.summary() | best.summary(f"{prefix}/seed{k}"))
+            summary[f"select/{prefix}/seed{k}/lr"] = float(selection.chosen["lr"])
+            summary[f"select/{prefix}/seed{k}/val_acc"] = float(selection.score)
+            summary.update(best.summary(f"{prefix}/seed{k}"))
             if search:
                 for i, row in enumerate(selection.table):
                     summary[f"select/{prefix}/seed{k}/grid{i}_lr"] = row["lr"]
@@ -309,10 +327,10 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             return clustering_scores(labels[is_val], pred[is_val], n_clusters)["acc"], (pred, km)
 
         selection, (pred, km) = select_on_validation(
-            f"{KMEANS}/seed{k}", grid(weighting=cfg.kmeans_weightings), kmeans_fit, metric="acc"
+            KMEANS, grid(weighting=cfg.kmeans_weightings), kmeans_fit, metric="acc", unit=units[k]
         )
         np.savez(kmeans_file(out_dir, k), labels=pred, weighting=selection.chosen["weighting"])
-        summary.update(selection.summary())
+        summary[f"select/{KMEANS}/seed{k}/val_acc"] = float(selection.score)
         summary[f"select/{KMEANS}/seed{k}/view_weighting"] = float(selection.chosen["weighting"] == "view")
         history[history_key(KMEANS, k)] = [{"step": 0, "inertia": float(km.inertia_), "n_iter": float(km.n_iter_)}]
     for key, values in per_seed.items():
@@ -347,14 +365,20 @@ def fused_embedding(outputs, layer: int) -> np.ndarray:
     return np.concatenate([p / np.maximum(np.linalg.norm(p, axis=1, keepdims=True), 1e-12) for p in parts], axis=1)
 
 
-def seed_key(prefix: str, seed_index: int, name: str) -> str:
-    return f"{prefix}/seed{seed_index}/{name}"
-
-
 def layer_kmeans_acc(embedding: np.ndarray, labels: np.ndarray, is_test: np.ndarray, k: int, seed: int) -> float:
     """How cluster-friendly one layer's code is: k-means (3 restarts) on all samples, test ACC."""
     pred = KMeans(k, n_init=3, random_state=seed).fit_predict(embedding)
     return clustering_scores(labels[is_test], pred[is_test], k)["acc"]
+
+
+def untrained_net(cfg: Config, arch: dict, views: list[np.ndarray], seed: int) -> SDCIB:
+    """The negative control's network: the method's encoders at their initialisation for ``seed`` (the same
+    draw the trained arms start from), input scaling fitted, no training at all."""
+    torch.manual_seed(seed)
+    net = build_net(arch)
+    if cfg.standardise:
+        net.fit_input_scaling(as_tensors(views))
+    return net.eval()
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
@@ -363,12 +387,14 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     model_dir = artifacts.model_dir
     arch = json.loads((model_dir / ARCH_FILE).read_text())
     k_clusters = arch["n_clusters"]
+    metrics = Metrics({}, [])
     per_seed: dict[str, dict[str, list[float]]] = {}
     embeddings: dict[str, tuple[np.ndarray, float]] = {}
     layerwise: dict[str, list[float]] = {}
     official_max: dict[str, float] = {}
-    values: dict[str, float] = {}
+    values: dict[str, float] = metrics.values
     labels_in_range = True
+    units = unit_labels("seed", cfg.n_seeds)
 
     def record(prefix: str, scores: dict[str, float]) -> None:
         for name, value in scores.items():
@@ -387,12 +413,12 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             official = fuse_views(list(forward_full(net, views, "official").probs.numpy()))
             official_scores = clustering_scores(labels[is_test], official[is_test], k_clusters)
             scores.update({f"{m}_train_mode": official_scores[m] for m in ("acc", "nmi")})
+            select = f"select/{prefix}/seed{k}"
+            scores["lr"] = artifacts.summary[f"{select}/lr"]
+            scores["best_epoch"] = artifacts.summary[f"{select}/best_epoch"]
             record(prefix, scores)
             curve = [r["test/acc"] for r in artifacts.history[history_key(prefix, k)] if "test/acc" in r]
             official_max[prefix] = max(official_max.get(prefix, 0.0), *curve)
-            select = f"select/{prefix}/seed{k}"
-            values[seed_key(prefix, k, "lr")] = artifacts.summary[f"{select}/lr"]
-            values[seed_key(prefix, k, "best_epoch")] = artifacts.summary[f"{select}/best_epoch"]
             if k == 0 and variant in ("sdcib", "last_layer"):
                 embeddings[prefix] = (fused_embedding(outputs, -1), scores["acc"])
                 layerwise[prefix] = [
@@ -401,16 +427,19 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
                 ]
         km_pred = np.load(kmeans_file(model_dir, k))["labels"]
         record(KMEANS, clustering_scores(labels[is_test], km_pred[is_test], k_clusters))
+        # The negative control: the method's encoders untrained (the mechanism and all training removed).
+        control = untrained_net(cfg, arch, views, cfg.seed + k)
+        control_pred = fuse_views(list(forward_full(control, views, "fixed").probs.numpy()))
+        record(CONTROL, clustering_scores(labels[is_test], control_pred[is_test], k_clusters))
 
     for prefix, scores in per_seed.items():
         for name, seeds in scores.items():
             values[f"{prefix}/{name}"] = float(np.mean(seeds))
+            metrics.add_units(name, prefix, seeds, units)  # per seed: the claim pairs the arms seed by seed
             if name in SCORES:
                 _, low, high = V.t_interval(seeds) if len(seeds) > 1 else (0.0, seeds[0], seeds[0])
                 values[f"{prefix}/{name}_low"], values[f"{prefix}/{name}_high"] = float(low), float(high)
                 values[f"{prefix}/{name}_std"] = float(np.std(seeds, ddof=1)) if len(seeds) > 1 else 0.0
-                for k, value in enumerate(seeds):  # per seed, so claim() can pair the arms seed by seed
-                    values[seed_key(prefix, k, name)] = float(value)
     for prefix, best in official_max.items():  # official-style reporting, labelled; never used by the claim
         values[f"{prefix}/acc_official_max"] = float(best)
     for prefix in PREFIX.values():
@@ -436,52 +465,73 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         }
         for v in cfg.variants
     }
-    figures = [
-        plots.plot_scores(per_seed, name, plot_dir / "scores.png"),
+    compared = {prefix: scores for prefix, scores in per_seed.items() if prefix != CONTROL}
+    metrics.figures = [
+        plots.plot_scores(compared, name, plot_dir / "scores.png"),
         plots.plot_embeddings(
             kmeans_input(views, flags, "feature"), embeddings, labels, kmeans_acc, name, plot_dir / "embedding_2d.png"
         ),
         plots.plot_layerwise(layerwise, kmeans_acc, name, plot_dir / "layerwise_kmeans.png"),
         plots.plot_learning_curves(curves, per_term, name, plot_dir / "learning_curves.png"),
     ]
-    return Metrics(values, figures)
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
 
-
-def per_seed_values(cfg: Config, v: dict[str, float], prefix: str, name: str) -> list[float]:
-    """One arm's metric seed by seed (seed index 0 .. n_seeds - 1: the paired units of the claim)."""
-    return [v[seed_key(prefix, k, name)] for k in range(cfg.n_seeds)]
+COVERS = ("training seed (initial weights, batch order)", "data split (validation / test samples)")
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     a, b, d = "method/", "baseline/", f"{KMEANS}/"
     data = dataset_label(cfg)
-    sdcib_acc = per_seed_values(cfg, v, "method", "acc")
+    acc = metrics.paired("acc", "method", "baseline", KMEANS, CONTROL)
     criteria = [
         V.difference_criterion(
             "acc_gap_vs_last_layer",
             f"test ACC(SDCIB) - ACC(last-layer-only ablation), same split, initialisation and selection; {data}",
-            sdcib_acc,
-            per_seed_values(cfg, v, "baseline", "acc"),
+            acc["method"],
+            acc["baseline"],
             0.0,
             ">=",
             units="paired seeds",
             paper="no number for this data set; abstract: +9.3 % ACC on ESP over the best baseline",
+            covers=COVERS,
         ),
         V.difference_criterion(
             "acc_gap_vs_kmeans",
             f"test ACC(SDCIB) - ACC(k-means on the standardised concatenated views), same split; {data}",
-            sdcib_acc,
-            per_seed_values(cfg, v, KMEANS, "acc"),
+            acc["method"],
+            acc[KMEANS],
             0.0,
             ">=",
             units="paired seeds",
+            covers=COVERS,
         ),
     ]
-    prefixes = [PREFIX[x] for x in cfg.variants] + [KMEANS]
+    controls = [
+        Control(
+            "acc_gap_vs_last_layer",
+            "SDCIB's encoders and cluster head untrained (its initialisation for the seed, input scaling fitted)",
+            V.difference_criterion(
+                "acc_gap_vs_last_layer",
+                "test ACC(untrained SDCIB network) - ACC(last-layer-only ablation), same split",
+                acc[CONTROL],
+                acc["baseline"],
+                0.0,
+                ">=",
+                units="paired seeds",
+                covers=COVERS,
+            ),
+        )
+    ]
+    n_clusters = v["check/n_clusters"]
+    compared = [PREFIX[x] for x in cfg.variants] + [KMEANS]
+    separations = [
+        Separation("test clustering ACC", {p: v[f"{p}/acc"] for p in compared}, floor=1.0 / n_clusters, ceiling=1.0)
+    ]
+    prefixes = compared
     figures: dict[str, float] = {}
     for prefix in prefixes:
         for name in SCORES:
@@ -489,6 +539,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
                 figures[f"{prefix}_{name}{suffix}"] = v[f"{prefix}/{name}{suffix}"]
         if f"{prefix}/acc_official_max" in v:
             figures[f"{prefix}_acc_official_max"] = v[f"{prefix}/acc_official_max"]
+    figures["control_untrained_acc"] = v[f"{CONTROL}/acc"]
     figures["nmi_gap_vs_last_layer"] = v[a + "nmi"] - v[b + "nmi"]
     figures["nmi_gap_vs_kmeans"] = v[a + "nmi"] - v[d + "nmi"]
     figures["ari_gap_vs_last_layer"] = v[a + "ari"] - v[b + "ari"]
@@ -497,10 +548,10 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     if a + "final_mi_per_term" in v:  # -2 log 2 = -1.386: the MI critic is still at chance
         figures["mi_per_term_sdcib"] = v[a + "final_mi_per_term"]
     for prefix in prefixes[:-1]:
-        figures[f"{prefix}_lr_seed0"] = v[seed_key(prefix, 0, "lr")]
-        figures[f"{prefix}_best_epoch_mean"] = float(np.mean(per_seed_values(cfg, v, prefix, "best_epoch")))
+        figures[f"{prefix}_chosen_lr"] = float(metrics.unit("lr", prefix)[0])
+        figures[f"{prefix}_best_epoch_mean"] = float(metrics.unit("best_epoch", prefix).mean())
     figures["max_abs_loss"] = max(v[f"{p}/max_abs_loss"] for p in PREFIX.values() if f"{p}/max_abs_loss" in v)
-    chance_bar = 2.0 / v["check/n_clusters"]  # declared before any run: twice chance, a floor not a quality bar
+    chance_bar = 2.0 / n_clusters  # declared before any run: twice chance, a floor not a quality bar
     sanity = {  # the brief's must-pass checks hold at any scale
         "training_loss_finite": bool(np.isfinite(figures["max_abs_loss"])),
         "loss_bounded_abs_lt_1e4": figures["max_abs_loss"] < LOSS_BOUND,
@@ -531,6 +582,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         f"Data: {data}. Test scores, mean [95 % t-interval] over {cfg.n_seeds} seed(s): {arms}. "
         f"Official-style best test ACC over epochs and seeds (optimistic, not used by the claim): {official}. "
         f"Official train-mode evaluation, SDCIB ACC {v[a + 'acc_train_mode']:.3f}. "
-        f"k-means test ACC on SDCIB's per-layer codes (seed 0): {layerwise}."
+        f"k-means test ACC on SDCIB's per-layer codes (seed 0): {layerwise}. "
+        f"Negative control (untrained SDCIB network): ACC {v[CONTROL + '/acc']:.3f}."
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

@@ -16,6 +16,7 @@ torch.set_num_threads(int(os.environ.get("PAPERLINE_THREADS", "1")))  # tiny ten
 
 from models.base import Metrics, ValidationError, read_dataset  # noqa: E402
 from models.common.raw_data import RawDataError  # noqa: E402
+from models.common.units import unit_labels  # noqa: E402
 from models.sdcib import SPEC  # noqa: E402
 from models.sdcib.algorithm import (  # noqa: E402
     cluster_acc,
@@ -423,17 +424,19 @@ def claim_metrics(sdcib_acc, last_layer_acc, kmeans_acc) -> Metrics:
         "method/cluster_entropy": 0.99,
         "method/acc_train_mode": 0.5,
     }
-    for prefix, accs in (("method", sdcib_acc), ("baseline", last_layer_acc), ("baseline_kmeans", kmeans_acc)):
-        for k, acc in enumerate(accs):
-            values[f"{prefix}/seed{k}/acc"] = acc
-            values[f"{prefix}/seed{k}/lr"] = 1e-3
-            values[f"{prefix}/seed{k}/best_epoch"] = 5.0
+    metrics = Metrics(values)
+    arms = (("method", sdcib_acc), ("baseline", last_layer_acc), ("baseline_kmeans", kmeans_acc))
+    for prefix, accs in (*arms, ("control_untrained", [0.1] * len(sdcib_acc))):
+        labels = unit_labels("seed", len(accs))
+        metrics.add_units("acc", prefix, accs, labels)
+        metrics.add_units("lr", prefix, [1e-3] * len(accs), labels)
+        metrics.add_units("best_epoch", prefix, [5.0] * len(accs), labels)
         for name in ("nmi", "ari"):
             values.update({f"{prefix}/{name}{suffix}": 0.5 for suffix in ("", "_low", "_high")})
         values[f"{prefix}/acc"] = float(np.mean(accs))
         values[f"{prefix}/acc_low"], values[f"{prefix}/acc_high"] = min(accs), max(accs)
         values[f"{prefix}/acc_official_max"] = max(accs)
-    return Metrics(values)
+    return metrics
 
 
 def test_claim_gaps_are_paired_over_seeds_and_three_state():
