@@ -68,10 +68,12 @@ import torch
 
 from models.base import (
     ClaimResult,
+    Control,
     Criterion,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
@@ -79,8 +81,10 @@ from models.base import (
     write_manifest,
 )
 from models.common import verdicts as V
+from models.common.evidence import record_fit
 from models.common.lightning import fit
 from models.common.selection import grid, learns_task, select_on_validation
+from models.common.units import UnitValues
 
 from . import plots
 from .config import Config
@@ -333,10 +337,18 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
                 i = by_point[point["lr"], point["dropout"]]  # members i*S .. i*S + S - 1: its splits
                 return float(np.mean(track["val_acc"][i * S : (i + 1) * S])), i
 
-            choice, i = select_on_validation(f"{arm}/{graph.name}", grid_points(cfg), score, metric="acc")
+            # One search per (arm, graph), over the mean of the graph's splits: it serves every split of the graph.
+            choice, i = select_on_validation(arm, grid_points(cfg), score, metric="acc", unit=graph.name)
             members = slice(i * S, (i + 1) * S)
             chosen_states[graph.name] = member_state(nets[key], track["state"], i * S, S)
-            summary |= choice.summary()
+            summary |= {
+                k.replace(f"select/{arm}/", f"select/{arm}/{graph.name}/", 1): x for k, x in choice.summary().items()
+            }
+            for s in range(S):  # the chosen point's members are the compared fits, one per (graph, split) unit
+                m = i * S + s
+                stopped = bool(track["stopped"][m])
+                trained = track["best_epoch"][m] + cfg.patience + 1 if stopped else track["epochs"]
+                record_fit(arm, unit_label(graph.name, s), track["best_epoch"][m], trained, stopped, cfg.patience)
             summary[f"select/{arm}/{graph.name}/best_epoch"] = float(np.mean(track["best_epoch"][members]))
             summary[f"select/{arm}/{graph.name}/epochs_trained"] = float(track["epochs"])
             selection[f"{arm}/{graph.name}"] = {
@@ -421,8 +433,13 @@ def evaluate_regression(cfg: Config, batch: dict, model_dir: Path) -> dict:
     return results
 
 
-def split_key(role: str, family: str, split: int, graph: str) -> str:
-    return f"{role}/{family}/split{split}/acc_{graph}"
+def unit_label(graph: str, split: int) -> str:
+    """The paired unit of one (graph, split): ``cora_split2`` (the same for every arm)."""
+    return f"{graph}_split{split}"
+
+
+def graph_of(label: str) -> str:
+    return label.rsplit("_split", 1)[0]
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
@@ -432,7 +449,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     regression = evaluate_regression(cfg, regression_batch(data), artifacts.model_dir)
     judged = claim_graphs(cfg, descriptions)
 
-    values: dict[str, float] = {}
+    metrics = Metrics({}, [])
+    values = metrics.values
     for d in descriptions:
         values[f"data/edge_homophily_{d['name']}"] = d["edge_homophily"]
         values[f"data/majority_val_{d['name']}"] = d["majority_val"]
@@ -443,8 +461,10 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             values[f"{role}/{family}/acc_{graph.name}"] = float(np.mean(r["test_acc"]))
             values[f"{role}/{family}/acc_std_{graph.name}"] = float(np.std(r["test_acc"]))
             values[f"{role}/{family}/val_acc_{graph.name}"] = float(np.mean(r["val_acc"]))
-            for s, acc in enumerate(r["test_acc"]):  # per split: the claim pairs PDE and base on (graph, split)
-                values[split_key(role, family, s, graph.name)] = acc
+        # Per (graph, split) unit: the claim pairs the PDE version and its base on these.
+        labels = [unit_label(g.name, s) for g in graphs for s in range(g.splits)]
+        metrics.add_units("test_acc", arm, [a for g in graphs for a in runs[arm, g.name]["test_acc"]], labels)
+        metrics.add_units("val_acc", arm, [a for g in graphs for a in runs[arm, g.name]["val_acc"]], labels)
         values[f"{role}/{family}/acc_mean"] = float(np.mean([values[f"{role}/{family}/acc_{g}"] for g in judged]))
         norms = [max(runs[arm, g.name]["step_norms"], default=0.0) for g in graphs]
         values[f"{role}/{family}/max_step_norm"] = max(max(norms), artifacts.summary.get(f"{arm}/max_step_norm", 0.0))
@@ -460,7 +480,7 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     folder = Path(out_dir) / "plots"
     figures = [
         plots.accuracy_by_graph(cfg, arms(cfg), judged, values, PAPER, folder / "accuracy_by_graph.png"),
-        plots.paired_gains(cfg, judged, values, folder / "paired_gains.png"),
+        plots.paired_gains(cfg, judged, metrics, folder / "paired_gains.png"),
         plots.learning_curves(artifacts.history, [g.name for g in graphs], folder / "learning_curves.png"),
         plots.selection_summary(arms(cfg), [g.name for g in graphs], selection, cfg, folder / "selection.png"),
         plots.step_norms(cfg, [g.name for g in graphs], runs, folder / "wave_step_norms.png"),
@@ -469,23 +489,34 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     sweep = [d for d in descriptions if d["kind"] == "csbm"]
     if sweep:
         figures.append(plots.csbm_sweep(cfg, arms(cfg), sweep, values, folder / "csbm_accuracy_vs_homophily.png"))
-    return Metrics(values, figures)
+    metrics.figures = figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
 
 
-def unit_gains(cfg: Config, v: dict[str, float], f: str, graphs: list[str]) -> np.ndarray:
-    """PDE - base test accuracy (pt) per paired (graph, split) unit."""
-    return np.array([
-        100 * (v[split_key("method", f, s, g)] - v[split_key("baseline", f, s, g)])
-        for g in graphs for s in range(cfg.data.splits)
-    ])  # fmt: skip
+# The random draws the (graph x split) units vary: each split is its own 60/20/20 draw, and every member of a stacked
+# network starts from its own initial weights and draws its own dropout masks.
+COVERS = ("data split", "training seed (initial weights, dropout masks)")
+MLP_ARM = "baseline_mlp"
 
 
-def filter_criteria(cfg: Config, v: dict[str, float], f: str, graphs: list[str]) -> tuple[Criterion, Criterion]:
-    """Filter ``f``'s two conjuncts: mean gain >= -margin, and more wins than losses among the untied units."""
-    gains = unit_gains(cfg, v, f, graphs)
+def unit_gains(metrics: Metrics, method: str, baseline: str, graphs: list[str]) -> UnitValues:
+    """``method`` - ``baseline`` test accuracy (pt) per paired (graph, split) unit of the judged ``graphs``."""
+    p = metrics.paired("test_acc", method, baseline)
+    gains = 100 * (p[method] - p[baseline])
+    keep = [i for i, label in enumerate(gains.labels) if graph_of(label) in graphs]
+    return UnitValues([gains.labels[i] for i in keep], gains.values[keep])
+
+
+def filter_criteria(
+    cfg: Config, metrics: Metrics, f: str, graphs: list[str], method: str | None = None
+) -> tuple[Criterion, Criterion]:
+    """Filter ``f``'s two conjuncts: mean gain >= -margin, and more wins than losses among the untied units.
+    ``method`` replaces the PDE version by another arm (the negative control scores the MLP in its place)."""
+    method = method or f"method_{f}"
+    gains = unit_gains(metrics, method, f"baseline_{f}", graphs)
     units = f"paired (graph x split) runs over {len(graphs)} graphs"
     paper = "; ".join(
         f"{graph}: {NAMES[f]} {base:.2f} -> PDE {pde:.2f} (+{pde - base:.2f} pt)"
@@ -501,25 +532,29 @@ def filter_criteria(cfg: Config, v: dict[str, float], f: str, graphs: list[str])
         ">=",
         units=units,
         paper=paper,
+        covers=COVERS,
     )
-    wins, losses = int((gains > 0).sum()), int((gains < 0).sum())
+    x = np.asarray(gains)
+    wins, losses = int((x > 0).sum()), int((x < 0).sum())
     statement = f"{NAMES[f]}: fraction of untied (graph x split) runs where the PDE version's test accuracy is higher"
     if wins + losses == 0:
         won = Criterion(
             f"{f}_win_rate", statement, 0.5, 0.0, 1.0, 0.5, ">", units="0 untied runs", n_units=0,
-            interval="clopper-pearson", reason="every unit tied: no evidence either way",
+            interval="clopper-pearson", reason="every unit tied: no evidence either way", covers=COVERS,
         )  # fmt: skip
     else:
-        won = V.proportion_criterion(f"{f}_win_rate", statement, wins, wins + losses, 0.5, ">", units="untied runs")
+        won = V.proportion_criterion(
+            f"{f}_win_rate", statement, wins, wins + losses, 0.5, ">", units="untied runs", covers=COVERS
+        )
     return gain, won
 
 
 def filters_passing_criterion(
-    per_filter: dict[str, tuple[Criterion, Criterion]], required: int, at_estimate: int
+    per_filter: dict[str, tuple[Criterion, Criterion]], required: int, at_estimate: int, labels: tuple[str, ...] = ()
 ) -> Criterion:
     """How many filters pass both conjuncts ("k of F"). The estimate counts filters passing at the point estimates;
     the interval runs from the filters whose criteria all hold to those with none failing, so the count holds
-    only when ``required`` filters surely pass and fails only when too few can."""
+    only when ``required`` filters surely pass and fails only when too few can. ``labels``: the paired units."""
     states = {f: verdict_of(pair) for f, pair in per_filter.items()}
     surely = sum(state == "holds" for state in states.values())
     possibly = sum(state != "fails" for state in states.values())
@@ -537,7 +572,13 @@ def filters_passing_criterion(
         n_units=len(per_filter),
         interval="per-filter states",
         reason=reason,
+        labels=labels,
+        covers=COVERS,
     )
+
+
+def passes_at_estimate(gain: Criterion, won: Criterion) -> bool:
+    return gain.estimate >= -CLAIM_MARGIN_PT and won.estimate > won.threshold
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
@@ -547,13 +588,17 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     judged = [g for g in graphs if g.startswith("csbm_") == synthetic]
     figures: dict[str, float] = {}
     per_filter: dict[str, tuple[Criterion, Criterion]] = {}
-    passing = 0
+    placebo: dict[str, tuple[Criterion, Criterion]] = {}
+    passing = placebo_passing = 0
     for f in cfg.filters:
-        gain, won = per_filter[f] = filter_criteria(cfg, v, f, judged)
-        passing += gain.estimate >= -CLAIM_MARGIN_PT and won.estimate > won.threshold
+        gain, won = per_filter[f] = filter_criteria(cfg, metrics, f, judged)
+        passing += passes_at_estimate(gain, won)
+        placebo[f] = filter_criteria(cfg, metrics, f, judged, method=MLP_ARM)
+        placebo_passing += passes_at_estimate(*placebo[f])
         figures |= {
             f"{f}_mean_gain_pt": gain.estimate, f"{f}_mean_gain_pt_low": gain.low, f"{f}_mean_gain_pt_high": gain.high,
             f"{f}_win_rate": won.estimate, f"{f}_untied_runs": won.n_units,
+            f"{f}_mlp_minus_base_pt": placebo[f][0].estimate,
         }  # fmt: skip
         for g in graphs:
             figures[f"{f}_gain_pt_{g}"] = 100 * (v[f"method/{f}/acc_{g}"] - v[f"baseline/{f}/acc_{g}"])
@@ -564,9 +609,27 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         if f in cfg.filters and g in judged:
             figures[f"paper_{f}_gain_pt_{g}"] = pde - base
     required = math.ceil(2 * len(cfg.filters) / 3)
+    labels = per_filter[cfg.filters[0]][0].labels
     # The claim is "k of F filters", not "every filter": the per-filter criteria enter the verdict through this count
     # (they are reported in figures and notes), so one undecided filter does not decide the claim on its own.
-    criteria = [filters_passing_criterion(per_filter, required, passing)]
+    criteria = [filters_passing_criterion(per_filter, required, passing, labels)]
+    # Negative control: the MLP (no graph, so no wave propagation at all) scored as every filter's PDE version.
+    controls = [
+        Control(
+            "filters_passing",
+            "the graph removed: the MLP scored in place of every filter's PDE version",
+            filters_passing_criterion(placebo, required, placebo_passing, labels),
+        )
+    ]
+    separations = [
+        Separation(
+            f"test accuracy on {g}",
+            {arm: v[f"{arm.replace('_', '/', 1)}/acc_{g}"] for arm in arms(cfg)},
+            floor=v[f"data/majority_val_{g}"],
+            ceiling=1.0,
+        )
+        for g in judged
+    ]
     figures["mean_gain_pt"] = 100 * (v["method/acc_mean"] - v["baseline/acc_mean"])
     figures["max_step_norm"] = max(v[k] for k in v if k.endswith("/max_step_norm"))
     figures["r2_mean_method"], figures["r2_mean_baseline"] = v["method/r2_mean"], v["baseline/r2_mean"]
@@ -606,4 +669,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         + f". Filter regression mean R2: PDE {figures['r2_mean_method']:.3f} vs base {figures['r2_mean_baseline']:.3f}."
         + " PubMed and Amazon Computers/Photo (in the paper's suite) cannot be had offline and are not run."
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

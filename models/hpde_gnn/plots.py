@@ -47,7 +47,7 @@ def accuracy_by_graph(cfg, arms: list[str], graphs: list[str], values: dict, pap
     return plotting.save(fig, path)
 
 
-def paired_gains(cfg, graphs: list[str], values: dict, path: Path) -> Path:
+def paired_gains(cfg, graphs: list[str], metrics, path: Path) -> Path:
     """PDE - base test accuracy per (graph, split) unit, per filter, with the mean's 95 % t-interval."""
     from models.common.verdicts import t_interval
 
@@ -55,11 +55,10 @@ def paired_gains(cfg, graphs: list[str], values: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, len(cfg.filters), figsize=(4.2 * len(cfg.filters), 3.6), sharey=True, squeeze=False)
     for ax, f in zip(axes[0], cfg.filters):
         all_gains = []
+        paired = metrics.paired("test_acc", f"method_{f}", f"baseline_{f}")
+        per_unit = (100 * (paired[f"method_{f}"] - paired[f"baseline_{f}"])).as_dict()
         for j, g in enumerate(graphs):
-            gains = [
-                100 * (values[f"method/{f}/split{s}/acc_{g}"] - values[f"baseline/{f}/split{s}/acc_{g}"])
-                for s in range(cfg.data.splits)
-            ]
+            gains = [x for label, x in per_unit.items() if label.rsplit("_split", 1)[0] == g]
             all_gains += gains
             ax.scatter([j] * len(gains), gains, color=COLORS[f], alpha=0.7)
         mean, low, high = t_interval(all_gains)
