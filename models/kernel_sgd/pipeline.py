@@ -29,7 +29,7 @@ target at n_max), ``<variant>/<target>_...`` otherwise (``method/s1_slope``, ``m
 learning curves ``<variant>`` / ``<variant>_<target>``.
 
 Claim check (``claim``), over each regime's paired seeds (seed k's stream feeds every estimator),
-percentile bootstraps:
+delta-method and jackknife intervals:
 - circle: risk(n_max) of step-decay SGD / averaged SGD <= 0.75 and / KRR <= 0.75 (the brief's
   "<= 0.75 x min(avg, KRR)"), and the slope of its seed-mean curve minus KRR's <= -0.1;
 - sphere: the geometric mean over n = d^gamma, gamma in ``sphere.judged_gamma`` = [1.5, 2.5], of the
@@ -38,8 +38,8 @@ percentile bootstraps:
   and is reported only. The window is the interior of gamma in (1, 3), where for s = 2 a bias-variance
   count puts the saturation of a qualification-1 method (fixed before any run; the exact rate formulas
   of the paper were not read).
-evaluate emits the per-seed tuned risks (``<variant>/seed<k>/excess_risk_n<n>``,
-``<variant>/sphere_s2/seed<k>/excess_risk_n<n>``) the criteria are rebuilt from.
+evaluate records the per-seed tuned risks as paired units (``excess_risk_n<n>``,
+``sphere_s2_excess_risk_n<n>`` per arm) the criteria are rebuilt from.
 
 Why no Lightning: the method *is* a per-sample recursion with a hand-set step-size schedule: no
 mini-batches, epochs, autograd or optimiser state. All runs (every n, step size, schedule, seed and
@@ -89,9 +89,21 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    Control,
+    DatasetRef,
+    Metrics,
+    Scale,
+    Separation,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
+from models.common import evidence
 from models.common import verdicts as V
 from models.common.runtime import show_progress
+from models.common.units import UnitValues, unit_labels
 
 from . import algorithm as alg
 from . import data as D
@@ -183,9 +195,15 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         return TrainedArtifacts(Path(out_dir), history=history, summary=summary)
 
 
-def _tuned_history(ns, risk, grid, key):
-    """Oracle choice per n and the learning-curve records of one (target, estimator)."""
+def _tuned_history(ns, risk, grid, key, arm: str = ""):
+    """Oracle choice per n and the learning-curve records of one (target, estimator). With ``arm`` (a claim
+    target's estimator) every per-n choice is recorded for the verdict diagnostics (grid edges)."""
     best, mean, sem = alg.oracle_tune(risk)
+    axis = key.removeprefix("tuned_")
+    for j, n in enumerate(ns) if arm else ():
+        table = [{axis: float(g), "n": int(n), "val_excess_risk": float(r)} for g, r in zip(grid, risk[:, j].mean(-1))]
+        chosen = {axis: float(grid[best[j]]), "n": int(n)}
+        evidence.record_selection(evidence.SelectionRecord(arm, "", "excess_risk", chosen, table))
     records = [
         {"step": int(n), "excess_risk": float(m), "excess_risk_sem": float(e), key: float(grid[b])}
         for n, m, e, b in zip(ns, mean, sem, best)
@@ -257,7 +275,8 @@ def _train_circle(cfg, data, stream, device, tables, models, history, summary) -
         for est in alg.ESTIMATORS:
             tables[f"{name}__{est}"] = risk[est]
             key = "tuned_ridge" if est == "krr" else "tuned_eta0_norm"
-            best, mean, history[_variant(name, est)] = _tuned_history(ns, risk[est], grids[est], key)
+            arm = _variant(name, est) if name == CLAIM_TARGET else ""
+            best, mean, history[_variant(name, est)] = _tuned_history(ns, risk[est], grids[est], key, arm)
             models[f"{name}__{est}"] = finals[est][best[-1]]  # seed 0, tuned for n_max
             summary[f"{_variant(name, est)}/excess_risk_nmax"] = float(mean[-1])
             summary[f"select/{_variant(name, est)}/{key}_nmax"] = float(grids[est][best[-1]])
@@ -327,7 +346,8 @@ def _train_sphere(cfg, data, stream, device, tables, models, history, summary) -
             table = risk[est][i]  # (grid, n, seed)
             tables[f"{name}__{est}"] = table
             key = "tuned_ridge" if est == "krr" else "tuned_eta0_norm"
-            best, mean, history[_variant(name, est)] = _tuned_history(ns, table, grids[est], key)
+            arm = _variant(name, est) if name == meta["claim_target"] else ""
+            best, mean, history[_variant(name, est)] = _tuned_history(ns, table, grids[est], key, arm)
             models[f"{name}__{est}"] = final[est][i, best[-1]]
             summary[f"{_variant(name, est)}/excess_risk_nmax"] = float(mean[-1])
             summary[f"select/{_variant(name, est)}/{key}_nmax"] = float(grids[est][best[-1]])
@@ -353,11 +373,12 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         stream = _load_stream(data)
         with np.load(Path(artifacts.model_dir) / TABLE_FILE, allow_pickle=False) as z:
             tables = {k: z[k] for k in z.files}
-        values: dict[str, float] = {}
+        metrics = Metrics({}, [])
+        values = metrics.values
         rows: list[list] = []
         edges: list[str] = []  # (target, estimator, n) whose oracle choice sits on a grid end
-        circle = _evaluate_circle(cfg, data, stream, tables, artifacts, values, rows, edges)
-        sphere = _evaluate_sphere(cfg, data, stream, tables, artifacts, values, rows, edges)
+        circle = _evaluate_circle(cfg, data, stream, tables, artifacts, metrics, rows, edges)
+        sphere = _evaluate_sphere(cfg, data, stream, tables, artifacts, metrics, rows, edges)
         values["check/tuned_at_grid_edge"] = float(len(edges))
         n_max = int(tables["n"][-1])
         claim_edges = [e for e in edges if e.startswith(f"{CLAIM_TARGET}/") and e.endswith(f"n={n_max}")]
@@ -395,7 +416,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
                 plot_dir / "tuned_hyperparameters.png",
             ),
         ]
-        return Metrics(values, figures)
+        metrics.figures = figures
+        return metrics
 
 
 def _tuned_rows(name, est, ns, risk, best, grid) -> list[list]:
@@ -412,7 +434,8 @@ def _mc_z(sq: np.ndarray, closed: float) -> float:
     return float(abs(sq.mean() - closed) / (sq.std(ddof=1) / math.sqrt(len(sq))))
 
 
-def _evaluate_circle(cfg, data, stream, tables, artifacts, values, rows, edges) -> dict:
+def _evaluate_circle(cfg, data, stream, tables, artifacts, metrics, rows, edges) -> dict:
+    values = metrics.values
     lam, beta = stream["eigenvalues"], float(data.meta["beta"])
     ns = tables["n"]
     lo, hi = (2**e for e in cfg.fit_log2_range)
@@ -436,8 +459,7 @@ def _evaluate_circle(cfg, data, stream, tables, artifacts, values, rows, edges) 
             if name == CLAIM_TARGET:  # per-seed tuned risks: the paired units of the claim's intervals
                 chosen = risk[best, np.arange(len(ns))]  # (n, seed), one grid value per n for all seeds
                 for j, n in enumerate(ns):
-                    for seed in range(risk.shape[-1]):
-                        values[f"{v}/seed{seed}/excess_risk_n{int(n)}"] = float(chosen[j, seed])
+                    metrics.add_units(f"excess_risk_n{int(n)}", v, chosen[j], unit_labels("seed", risk.shape[-1]))
             values[f"{v}/{prefix}slope"] = slope
             values[f"theory/{prefix}slope_{est}"] = alg.theory_slope(est, source, beta)
             decreases &= bool(mean[-1] < mean[0])
@@ -475,7 +497,8 @@ def _geometric_mean_ratio(per_n_method: list[np.ndarray], per_n_base: list[np.nd
     return float(np.exp(np.mean([np.log(a.mean() / b.mean()) for a, b in zip(per_n_method, per_n_base)])))
 
 
-def _evaluate_sphere(cfg, data, stream, tables, artifacts, values, rows, edges) -> dict:
+def _evaluate_sphere(cfg, data, stream, tables, artifacts, metrics, rows, edges) -> dict:
+    values = metrics.values
     meta = data.meta["sphere"]
     dim, ns = int(meta["dim"]), tables["sphere_n"]
     gamma = np.asarray(meta["gamma"])
@@ -497,12 +520,13 @@ def _evaluate_sphere(cfg, data, stream, tables, artifacts, values, rows, edges) 
             v = VARIANT[est]
             values[f"{v}/{name}_excess_risk"] = float(mean[-1])
             values[f"{v}/{name}_risk_fraction_nmax"] = float(mean[-1] / t["norm_sq"])
+            values[f"data/{name}_norm_sq"] = float(t["norm_sq"])
             values[f"{v}/{name}_local_slope"] = alg.fit_slope(ns, mean, ns[judged].min(), ns[judged].max())[0]
             if name == meta["claim_target"]:
                 chosen = risk[best, np.arange(len(ns))]  # (n, seed)
                 for j, n in enumerate(ns):
-                    for seed in range(risk.shape[-1]):
-                        values[f"{v}/{name}/seed{seed}/excess_risk_n{int(n)}"] = float(chosen[j, seed])
+                    metric = f"{name}_excess_risk_n{int(n)}"
+                    metrics.add_units(metric, v, chosen[j], unit_labels("seed", risk.shape[-1]))
             decreases &= bool(mean[-1] < mean[0])
             edges += [f"{name}/{est}/n={n}" for n, b in zip(ns, best) if b in (0, len(grids[est]) - 1)]
             rows += _tuned_rows(name, est, ns, risk, best, grids[est])
@@ -522,17 +546,27 @@ def _evaluate_sphere(cfg, data, stream, tables, artifacts, values, rows, edges) 
 # ----------------------------------------------------------------------------- claim
 
 
-def _per_seed_risks(values: dict[str, float], prefix: str, ns, seeds: int) -> np.ndarray:
-    """(n, seed) tuned excess risks of a claim target, rebuilt from evaluate's per-seed keys."""
-    return np.array([[values[f"{prefix}/seed{seed}/excess_risk_n{int(n)}"] for seed in range(seeds)] for n in ns])
+CIRCLE_COVERS = ("data stream seed (sample draw, label noise)",)
+SPHERE_COVERS = ("data stream seed (sample draw, label noise)", "target directions (one per degree and seed)")
 
 
-def _circle_criteria(cfg: Config, v: dict[str, float]) -> list:
+def _per_seed_risks(metrics: Metrics, arm: str, ns, metric: str = "excess_risk") -> list[UnitValues]:
+    """Per n, the tuned excess risks of one arm on a claim target over the paired seeds (evaluate's units)."""
+    return [metrics.unit(f"{metric}_n{int(n)}", arm) for n in ns]
+
+
+def _rotated(values: UnitValues) -> UnitValues:
+    """The placebo's units: the same arm's value on the *next* seed's stream (another data draw), keeping the
+    labels, so the pairing with the original arm is a pairing of independent runs of one estimator."""
+    return UnitValues(values.labels, np.roll(values.values, -1))
+
+
+def _circle_criteria(cfg: Config, metrics: Metrics) -> list:
     """The brief's two conjuncts on S^1: one ratio criterion per baseline at n_max, the slope gap vs KRR
     (a bootstrap over seeds of the slope of the seed-mean curves; the per-n oracle choice is held fixed)."""
     ns = np.array([2**j for j in range(cfg.data.log2_n_min, cfg.data.log2_n_max + 1)])
     lo, hi = (2**e for e in cfg.fit_log2_range)
-    risks = {est: _per_seed_risks(v, VARIANT[est], ns, cfg.data.top_seeds) for est in alg.ESTIMATORS}
+    risks = {est: _per_seed_risks(metrics, VARIANT[est], ns) for est in alg.ESTIMATORS}
     units = "paired seeds (common data streams)"
     criteria = [
         V.ratio_of_means_criterion(
@@ -544,6 +578,7 @@ def _circle_criteria(cfg: Config, v: dict[str, float]) -> list:
             RISK_RATIO_MAX,
             "<=",
             units=units,
+            covers=CIRCLE_COVERS,
         )
         for est in ("avg_sgd", "krr")
     ]
@@ -561,23 +596,30 @@ def _circle_criteria(cfg: Config, v: dict[str, float]) -> list:
             f"S^1: log-log slope over n in [2^{cfg.fit_log2_range[0]}, 2^{cfg.fit_log2_range[1]}] of the seed-mean "
             "curve, step-decay SGD minus KRR",
             slope_gap,
-            [*risks["exp_sgd"][fit], *risks["krr"][fit]],
+            [
+                *(r for r, keep in zip(risks["exp_sgd"], fit) if keep),
+                *(r for r, keep in zip(risks["krr"], fit) if keep),
+            ],
             -SLOPE_MARGIN,
             "<=",
             units=units,
+            covers=CIRCLE_COVERS,
         )
     )
     return criteria
 
 
-def _sphere_criteria(cfg: Config, v: dict[str, float]) -> list:
+def _sphere_criteria(cfg: Config, metrics: Metrics) -> list:
     """The same risk bar on S^{d-1}: geometric mean over the judged n = d^gamma of the seed-mean risk ratio,
     one criterion per baseline, bootstrapped over the paired seeds."""
     sp = cfg.data.sphere
     ns = np.asarray(D.sphere_sample_sizes(sp))
     judged = judged_mask(np.log(ns) / np.log(sp.dim), cfg.sphere.judged_gamma)
     name = D.sphere_target_name(sp.claim_source)
-    risks = {est: _per_seed_risks(v, f"{VARIANT[est]}/{name}", ns, sp.seeds)[judged] for est in alg.ESTIMATORS}
+    risks = {
+        est: [r for r, keep in zip(_per_seed_risks(metrics, VARIANT[est], ns, f"{name}_excess_risk"), judged) if keep]
+        for est in alg.ESTIMATORS
+    }
     k = int(judged.sum())
     g_lo, g_hi = cfg.sphere.judged_gamma
     return [
@@ -591,6 +633,7 @@ def _sphere_criteria(cfg: Config, v: dict[str, float]) -> list:
             RISK_RATIO_MAX,
             "<=",
             units="paired seeds (common data streams)",
+            covers=SPHERE_COVERS,
         )
         for est in ("avg_sgd", "krr")
     ]
@@ -602,7 +645,21 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     sp = cfg.data.sphere
     sphere_name = D.sphere_target_name(sp.claim_source)
-    criteria = _circle_criteria(cfg, v) + _sphere_criteria(cfg, v)
+    criteria = _circle_criteria(cfg, metrics) + _sphere_criteria(cfg, metrics)
+    controls = _controls(cfg, metrics)
+    separations = [
+        Separation(  # log10 risk: 0 is the zero predictor's (||f*||^2 = 1); no arm learning is the floor
+            f"S^1 log10 excess risk at n = 2^{cfg.data.log2_n_max}",
+            {VARIANT[e]: math.log10(v[f"{VARIANT[e]}/excess_risk"]) for e in alg.ESTIMATORS},
+            floor=0.0,
+        ),
+        Separation(
+            f"S^{sp.dim - 1} excess risk / ||f*||^2 at n_max",
+            {VARIANT[e]: v[f"{VARIANT[e]}/{sphere_name}_risk_fraction_nmax"] for e in alg.ESTIMATORS},
+            floor=1.0,
+            ceiling=0.0,
+        ),
+    ]
     figures = {
         "risk_ratio_exp_vs_best_baseline": v["method/risk_ratio_vs_best_baseline"],
         "slope_exp_minus_slope_krr": v["method/slope_minus_krr_slope"],
@@ -668,4 +725,48 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         f"on S^{sp.dim - 1} with n ~ d^gamma (source s = {sp.claim_source:g}) risk <= {RISK_RATIO_MAX} x each "
         "baseline on average over the judged gamma range"
     )
-    return ClaimResult(statement, criteria, sanity=sanity, figures=figures, notes=notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)
+
+
+def _controls(cfg: Config, metrics: Metrics) -> list[Control]:
+    """Placebos: averaged SGD on the next seed's stream scored as the method against averaged SGD, at n_max on
+    the circle and over the judged gamma range on the sphere (the same statistics and bars)."""
+    n_max = 2**cfg.data.log2_n_max
+    avg = metrics.unit(f"excess_risk_n{n_max}", "baseline")
+    sp = cfg.data.sphere
+    ns = np.asarray(D.sphere_sample_sizes(sp))
+    judged = judged_mask(np.log(ns) / np.log(sp.dim), cfg.sphere.judged_gamma)
+    name = D.sphere_target_name(sp.claim_source)
+    sphere_avg = [r for r, keep in zip(_per_seed_risks(metrics, "baseline", ns, f"{name}_excess_risk"), judged) if keep]
+    k = len(sphere_avg)
+    broken = "no step-decay SGD at all: averaged SGD on the next seed's data stream labelled as the method"
+    return [
+        Control(
+            "risk_ratio_vs_avg_sgd",
+            broken,
+            V.ratio_of_means_criterion(
+                "risk_ratio_vs_avg_sgd",
+                f"S^1: excess risk at n = {n_max}, averaged SGD (next seed's stream) / averaged SGD",
+                _rotated(avg),
+                avg,
+                RISK_RATIO_MAX,
+                "<=",
+                units="paired seeds (common data streams)",
+                covers=CIRCLE_COVERS,
+            ),
+        ),
+        Control(
+            "sphere_risk_ratio_vs_avg_sgd",
+            broken,
+            V.bootstrap_criterion(
+                "sphere_risk_ratio_vs_avg_sgd",
+                "sphere: geometric-mean risk ratio over the judged gamma, averaged SGD (next seed) / averaged SGD",
+                lambda *per_n: _geometric_mean_ratio(list(per_n[:k]), list(per_n[k:])),
+                [*(_rotated(r) for r in sphere_avg), *sphere_avg],
+                RISK_RATIO_MAX,
+                "<=",
+                units="paired seeds (common data streams)",
+                covers=SPHERE_COVERS,
+            ),
+        ),
+    ]

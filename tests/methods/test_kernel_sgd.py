@@ -15,6 +15,7 @@ import torch
 os.environ.setdefault("PAPERLINE_PROGRESS", "0")
 
 from models.base import Metrics, ValidationError  # noqa: E402
+from models.common.units import unit_labels  # noqa: E402
 from models.kernel_sgd import SPEC  # noqa: E402
 from models.kernel_sgd import algorithm as alg  # noqa: E402
 from models.kernel_sgd.data import sphere_sample_sizes  # noqa: E402
@@ -333,14 +334,14 @@ def _claim_metrics(cfg, exp_risk, avg_risk, krr_risk, sphere=None, sphere_fracti
         "theory/slope_krr": -0.75,
         "theory/s1_slope_exp_sgd": -0.6,
     }
+    metrics = Metrics(values)
     for variant, risk in (("method", exp_risk), ("baseline", avg_risk), ("baseline_krr", krr_risk)):
         values[f"{variant}/excess_risk"] = float(risk[-1].mean())
         values[f"{variant}/slope"] = -0.6
         for source in cfg.data.sources:
             values[f"{variant}/s{source:g}_slope"] = -0.6
         for j, n in enumerate(ns):
-            for seed in range(risk.shape[1]):
-                values[f"{variant}/seed{seed}/excess_risk_n{n}"] = float(risk[j, seed])
+            metrics.add_units(f"excess_risk_n{n}", variant, risk[j], unit_labels("seed", risk.shape[1]))
     sphere_ns = sphere_sample_sizes(cfg.data.sphere)
     sphere = sphere or sphere_curves(cfg, 0.3)
     fractions = {"method": 0.01, "baseline": 0.01, "baseline_krr": sphere_fraction}
@@ -353,9 +354,8 @@ def _claim_metrics(cfg, exp_risk, avg_risk, krr_risk, sphere=None, sphere_fracti
             if variant == "method":
                 values[f"method/{name}_judged_ratio_vs_avg_sgd"] = values[f"method/{name}_judged_ratio_vs_krr"] = 1.0
         for j, n in enumerate(sphere_ns):
-            for seed in range(risk.shape[1]):
-                values[f"{variant}/sphere_s2/seed{seed}/excess_risk_n{n}"] = float(risk[j, seed])
-    return Metrics(values)
+            metrics.add_units(f"sphere_s2_excess_risk_n{n}", variant, risk[j], unit_labels("seed", risk.shape[1]))
+    return metrics
 
 
 def test_claim_criteria_hold_fail_or_straddle_with_the_seeds():
