@@ -439,8 +439,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_with_supervisor() -> None:
+    """In the run a supervisor started: should the supervisor die (SIGKILL), stop as if it had asked, and
+    end the whole process group (Dask workers included) if that has not ended the run within the grace."""
+    from pathlib import Path
+
+    from models.common import runtime
+
+    supervisor, stop_file = os.getppid(), os.environ.get(runtime.STOP_FILE_VAR, "")
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(0.5)
+        with contextlib.suppress(OSError):
+            Path(stop_file).write_text("the paperline process that started this run died")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(STOP_GRACE_SECONDS)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="paperline-supervisor-watch", daemon=True).start()
+
+
 def main(argv: list[str] | None = None) -> int:
     env.configure()
+    if os.environ.get(SUPERVISED_VAR):
+        _stop_with_supervisor()
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -452,6 +477,83 @@ def main(argv: list[str] | None = None) -> int:
         _arm_exit_watchdog(exc.code)
         print("paperline: terminated", file=sys.stderr)
         return exc.code
+    except SystemExit as exc:  # a stop the supervisor asked for, surfacing through a library
+        from models.common import runtime
+
+        if isinstance(exc, runtime.StopRequested) or runtime.stop_reason():
+            _arm_exit_watchdog(143)
+            return 143
+        raise
+
+
+SUPERVISED_VAR = "PAPERLINE_SUPERVISED"
+STOP_GRACE_SECONDS = 25.0  # from the signal to SIGKILL of the run's process group, if it has not ended
+
+
+def supervise(argv: list[str]) -> int:
+    """``paperline run`` as a supervisor: the run itself is a child process in its own session, and only this
+    small process (no torch, Prefect or MLflow imported) receives Ctrl-C and SIGTERM.
+
+    Inside the run, Lightning and Prefect install and swap SIGTERM/SIGINT handlers around every fit and task;
+    a signal that landed at the wrong moment was lost (the run finished and registered a model) or became
+    ``SystemExit(1)``. Here a signal is never lost: it writes the stop file the run checks between steps,
+    between training batches and before registering a model, forwards SIGTERM to the run, and, should the
+    run not end within ``STOP_GRACE_SECONDS``, kills its process group. The exit code is 130 (Ctrl-C) or 143
+    (SIGTERM) with one line saying so."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from models.common import runtime
+
+    stop_dir = Path(tempfile.mkdtemp(prefix="paperline-stop-"))
+    stop_file = stop_dir / "stop"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "flows.cli", *argv],
+        env={**os.environ, SUPERVISED_VAR: "1", runtime.STOP_FILE_VAR: str(stop_file)},
+        start_new_session=True,
+    )
+    received: list[int] = []
+    deadline = [float("inf")]
+
+    def on_signal(signum, frame) -> None:
+        if received:  # a second Ctrl-C: do not wait for the cleanup
+            deadline[0] = 0.0
+            return
+        received.append(signum)
+        what = "interrupted by the user (Ctrl-C)" if signum == signal.SIGINT else f"terminated (signal {signum})"
+        stop_file.write_text(what)
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signal.SIGTERM)
+        deadline[0] = time.monotonic() + STOP_GRACE_SECONDS
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
+    try:
+        while True:
+            try:
+                code = child.wait(timeout=0.2)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() > deadline[0]:
+                    print(
+                        f"paperline: the run did not stop within {STOP_GRACE_SECONDS:.0f} s; killing it "
+                        "(the next run marks its MLflow run KILLED)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(child.pid, signal.SIGKILL)
+                    deadline[0] = float("inf")
+    finally:
+        import shutil
+
+        shutil.rmtree(stop_dir, ignore_errors=True)
+    if received:
+        signum = received[0]
+        print("paperline: interrupted" if signum == signal.SIGINT else "paperline: terminated", file=sys.stderr)
+        return 130 if signum == signal.SIGINT else 128 + signum
+    return code
 
 
 def entry() -> None:
@@ -463,7 +565,11 @@ def entry() -> None:
     """
     import atexit
 
-    code = main()
+    argv = sys.argv[1:]
+    if argv[:1] == ["run"] and not os.environ.get(SUPERVISED_VAR) and "-h" not in argv and "--help" not in argv:
+        code = supervise(argv)
+    else:
+        code = main()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

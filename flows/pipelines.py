@@ -23,6 +23,7 @@ from prefect.artifacts import create_markdown_artifact  # noqa: E402
 from prefect.runtime import flow_run  # noqa: E402
 
 from models.base import Scale  # noqa: E402
+from models.common import runtime  # noqa: E402
 from models.registry import get, names  # noqa: E402
 from tasks import prefect_tasks as t  # noqa: E402
 from tasks import report, steps, tracking  # noqa: E402
@@ -62,18 +63,24 @@ def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides:
     started = time.perf_counter()
     try:
         with steps.method_lock(spec, root):
+            runtime.raise_if_stop_requested()
             with _step(spec.slug, "prepare", started):
                 t.prepare(spec.slug, cfg, root)
                 t.version_dataset(spec.slug, cfg, root)
+            runtime.raise_if_stop_requested()
             with _step(spec.slug, "train", started):
                 t.train(spec.slug, cfg, root)
+            runtime.raise_if_stop_requested()
             with _step(spec.slug, "evaluate", started):
                 t.evaluate(spec.slug, cfg, root)
+            runtime.raise_if_stop_requested()
             with _step(spec.slug, "publish", started):
                 result = t.publish(spec.slug, cfg, root, run_id)
         result = {**result, "seconds": round(time.perf_counter() - started, 1)}
     except BaseException as exc:
-        tracking.fail_run(root, run_id, f"{type(exc).__name__}: {exc}")
+        # A stop the supervisor asked for says so, whatever exception it surfaced as inside the libraries.
+        stop = runtime.stop_reason()
+        tracking.fail_run(root, run_id, f"StopRequested: {stop}" if stop else f"{type(exc).__name__}: {exc}")
         raise
     create_markdown_artifact(
         key=_artifact_key(f"claim-{spec.slug}"),

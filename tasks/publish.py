@@ -108,6 +108,9 @@ def publish(spec: MethodSpec, cfg: MethodConfig, root: Path, run_id: str) -> Pub
         return PublishResult(**common, version=None, promoted=False, champion_version=champion, reason=reason)
     mark_orphans(c, spec, run_id)
     version = version_of_run(c, spec, run_id)
+    from models.common import runtime
+
+    runtime.raise_if_stop_requested()  # a run asked to stop never registers a model
     if version is None:
         spec.module().load_model(cfg, layout.model_dir)  # a model its own loader cannot rebuild is never registered
         version = tracking.log_model(root, run_id, spec, cfg, layout.model_dir)

@@ -32,11 +32,13 @@ from lightning.pytorch.loops.loop import _Loop
 from lightning.pytorch.utilities import rank_zero_only
 
 from models.common.runtime import (  # noqa: F401 (re-exported)
+    STOP_FILE_VAR,
     TRAINER_ENV,
     checkpoint_dir,
     checkpoint_seconds,
     checkpoint_session,
     hardware_settings,
+    raise_if_stop_requested,
     set_threads,
     show_progress,
     trainer_settings,
@@ -357,6 +359,20 @@ class StopOnNonFiniteLoss(Callback):
             )
 
 
+class StopOnRequest(Callback):
+    """Ends the fit when the `paperline run` supervisor asked the process to stop (checked at most every
+    ``every`` seconds, between batches): a SIGTERM whose handler a library swapped out still lands."""
+
+    def __init__(self, every: float = 0.5) -> None:
+        self.every, self.last = every, 0.0
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            raise_if_stop_requested()
+
+
 def fit(
     module: L.LightningModule,
     train_loader,
@@ -381,6 +397,8 @@ def fit(
     L.seed_everything(seed, workers=True, verbose=False)
     history = HistoryLogger()
     callbacks: list[Callback] = [StopOnNonFiniteLoss(), LoaderEpoch()]
+    if os.environ.get(STOP_FILE_VAR):
+        callbacks.append(StopOnRequest())
     ckpt_dir, saver, resume_from, complete, after = checkpoint_dir(variant), None, None, False, {}
     if ckpt_dir is not None:
         saver = EpochCheckpoint(ckpt_dir / "last.ckpt", checkpoint_seconds(), checkpoint_session(), train_loader)

@@ -165,3 +165,38 @@ def check_environment() -> None:
     threads = os.environ.get("PAPERLINE_THREADS", "1").strip()
     if not threads.isdigit() or int(threads) < 1:
         raise ValueError(f"PAPERLINE_THREADS={threads!r}: expected a positive integer")
+
+
+# ----------------------------------------------------------------------------- stop requests
+
+STOP_FILE_VAR = "PAPERLINE_STOP_FILE"  # set by the `paperline run` supervisor for the process it starts
+
+
+class StopRequested(SystemExit):
+    """The supervisor asked this run to stop (Ctrl-C or SIGTERM reached `paperline run`). A BaseException, so
+    no retry or ``except Exception`` swallows it; raised at step boundaries, before a model is registered and
+    between training batches, so a stop lands even where a library replaced this process's signal handlers."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(143)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def stop_reason() -> str:
+    """Why the supervisor asked this process to stop, or ``""`` when it did not."""
+    path = os.environ.get(STOP_FILE_VAR)
+    if not path:
+        return ""
+    try:
+        return Path(path).read_text().strip() or "stop requested"
+    except OSError:
+        return ""
+
+
+def raise_if_stop_requested() -> None:
+    reason = stop_reason()
+    if reason:
+        raise StopRequested(reason)
