@@ -60,11 +60,13 @@ class TrainedClassifier:
     best_epoch: int
     epochs_trained: int
     history: list[dict[str, float]]
+    name: str = ""  # the fit's own name (classifier and split), the prefix of its summary
 
     def summary(self) -> dict[str, float]:
-        out = self.selection.summary()
-        out[f"select/{self.selection.arm}/best_epoch"] = float(self.best_epoch)
-        out[f"select/{self.selection.arm}/epochs_trained"] = float(self.epochs_trained)
+        name = self.name or self.selection.arm
+        out = {f"select/{name}/{k.split('/', 2)[2]}": v for k, v in self.selection.summary().items()}
+        out[f"select/{name}/best_epoch"] = float(self.best_epoch)
+        out[f"select/{name}/epochs_trained"] = float(self.epochs_trained)
         return out
 
 
@@ -75,9 +77,14 @@ def train_classifier(
     val_set: ImageBatches,
     cfg: TrainConfig,
     seed: int,
+    arm: str = "",
+    unit: str = "",
 ) -> TrainedClassifier:
     """Fit one network per lr of the grid (early stopping on validation NLL, best epoch's weights) and keep
-    the lr with the lowest validation NLL: the confidence being certified is a softmax probability."""
+    the lr with the lowest validation NLL: the confidence being certified is a softmax probability.
+
+    With ``arm`` the grid search and the chosen fit are recorded for the verdict diagnostics (as ``arm`` on
+    ``unit``): the certified classifier is what every certificate of that unit is about."""
 
     def fit_and_score(point: dict) -> tuple[float, tuple]:
         net = make_net()
@@ -92,9 +99,11 @@ def train_classifier(
             callbacks=callbacks,
         )
         best = callbacks[-1]
-        return best.best, (net.eval(), best.best_epoch, best.epochs_seen, history)
+        return best.best, (net.eval(), best, history)
 
-    selection, (net, best_epoch, epochs, history) = select_on_validation(
-        name, grid(lr=cfg.lr_grid), fit_and_score, metric="nll", higher_is_better=False
+    selection, (net, best, history) = select_on_validation(
+        arm or name, grid(lr=cfg.lr_grid), fit_and_score, metric="nll", higher_is_better=False, unit=unit
     )
-    return TrainedClassifier(net, selection, best_epoch, epochs, history)
+    if arm:
+        best.record(arm, unit)  # the chosen grid point's fit is the certified classifier
+    return TrainedClassifier(net, selection, best.best_epoch, best.epochs_seen, history, name)

@@ -394,7 +394,7 @@ def test_smoke_pipeline(smoke_run):
                     <= v[f"{label}/{setting}/{where}rel_err_max"]
                     <= 1
                 )
-    assert v["classifier/linear_d784/split1/test_acc"] > 0.5
+    assert metrics.unit("test_acc_linear_d784", "classifier").as_dict()["split1"] > 0.5
     assert result.sane, result.sanity
     assert [c.name for c in result.criteria] == ["linear_d196_pass_rate", "linear_d784_pass_rate", "mlp_pgd_pass_rate"]
     rate = result.criterion("linear_d784_pass_rate")  # 2 splits x 2 runs: Clopper-Pearson over 4 trials
@@ -433,21 +433,23 @@ def hand_built_metrics(cfg, rel_errors: dict[str, list[float]], accuracy=0.9):
     from models.base import Metrics
     from models.pag_cert import pipeline
 
-    values = {
-        "method/samples": 14_953.0,
-        "baseline/samples": 299.0,
-        "check/linear_flip_errors": 0.0,
-        "check/linear_pgd_below_exact": 0.0,
-        "check/linear_ibp_above_exact": 0.0,
-        "check/mlp_ibp_above_pgd": 0.0,
-    }
+    metrics = Metrics(
+        {
+            "method/samples": 14_953.0,
+            "baseline/samples": 299.0,
+            "check/linear_flip_errors": 0.0,
+            "check/linear_pgd_below_exact": 0.0,
+            "check/linear_ibp_above_exact": 0.0,
+            "check/mlp_ibp_above_pgd": 0.0,
+        }
+    )
     for setting, errors in rel_errors.items():
         arms = {"method": _results(errors), "baseline": _results(np.minimum(np.array(errors) * 10, 1.0))}
-        pipeline._summarise(values, setting, arms, cfg)
+        pipeline._summarise(metrics, setting, arms, cfg)
     for c in pipeline._classifiers(cfg):
-        for k in range(cfg.data.n_splits):
-            values[f"classifier/{c['name']}/split{k}/test_acc"] = accuracy
-    return Metrics(values)
+        metrics.add_units(f"test_acc_{c['name']}", "classifier", [accuracy] * cfg.data.n_splits,
+                          [f"split{k}" for k in range(cfg.data.n_splits)])  # fmt: skip
+    return metrics
 
 
 def test_claim_holds_when_every_one_of_enough_runs_passes():
