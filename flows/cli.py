@@ -469,6 +469,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except Exception as exc:
+        if type(exc).__name__ == "TrackingStoreError":  # tasks.tracking, not imported on every command
+            return _fail(str(exc), 1)
+        raise
     except KeyboardInterrupt:  # the run is already marked FAILED and the temporary server stopped
         _arm_exit_watchdog(130)  # interpreter shutdown joins threads: bound it too
         print("paperline: interrupted", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,41 @@ class ConfigError(ValueError):
     """A bad override, scale or params file; the message names the bad value and what is allowed."""
 
 
+class StrictYamlLoader(yaml.SafeLoader):
+    """YAML with only the plain number and boolean forms (YAML 1.2's core schema): YAML 1.1 read ``010`` as 8,
+    ``0x10`` as 16, ``1:30`` as 90 and ``yes``/``on`` as True, so a typo became another valid value. Those
+    forms stay strings here, which the strict configs then refuse with the key's name."""
+
+
+for _tag in ("bool", "int", "float"):
+    _full = f"tag:yaml.org,2002:{_tag}"
+    for _first, _resolvers in list(StrictYamlLoader.yaml_implicit_resolvers.items()):
+        StrictYamlLoader.yaml_implicit_resolvers[_first] = [(t, r) for t, r in _resolvers if t != _full]
+_PLAIN = {
+    "bool": (re.compile(r"^(?:true|false)$"), "tf"),
+    "int": (re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), "-+0123456789"),
+    "float": (
+        re.compile(r"^[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"),
+        "-+.0123456789",
+    ),
+}
+for _tag, (_pattern, _first) in _PLAIN.items():
+    StrictYamlLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}", _pattern, list(_first))
+
+
+def strict_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=StrictYamlLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def parse_value(text: str) -> Any:
-    """``3`` -> 3, ``1e-3`` -> 0.001, ``true`` -> True, ``[1,2]`` -> [1, 2], anything else a string."""
+    """``3`` -> 3, ``1e-3`` -> 0.001, ``true`` -> True, ``[1,2]`` -> [1, 2], anything else a string (``010``,
+    ``0x10`` and ``yes`` included: only plain number and boolean forms are numbers and booleans)."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         pass
     try:
-        value = yaml.safe_load(text)
+        value = strict_yaml(text)
     except yaml.YAMLError:
         return text
     return value if isinstance(value, (bool, int, float, list, dict)) else text
@@ -111,7 +139,7 @@ def params_path(root: Path) -> Path:
 def read_params(root: Path) -> dict[str, Any]:
     path = params_path(root)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = strict_yaml(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path} is missing; write it with `paperline params --write`") from None
     except yaml.YAMLError as exc:

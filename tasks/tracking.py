@@ -70,13 +70,29 @@ def client(root: Path):
         # (parallel methods on Dask workers start together), so the first open in each process holds a lock.
         with FileLock(str(db) + ".lock"):
             fresh = not db.exists()
-            c = MlflowClient(tracking_uri=uri, registry_uri=uri)
-            c.search_experiments(max_results=1)  # opens the store: runs the migrations on a fresh DB
+            try:
+                c = MlflowClient(tracking_uri=uri, registry_uri=uri)
+                c.search_experiments(max_results=1)  # opens the store: runs the migrations on a fresh DB
+            except Exception as exc:
+                if fresh:
+                    raise
+                raise TrackingStoreError(db, exc) from None
             if fresh:
                 _enable_wal(db)
         return c
     mlflow.set_tracking_uri(uri)
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+class TrackingStoreError(RuntimeError):
+    """The local MLflow SQLite store exists but cannot be opened (corrupt, not a database, unreadable)."""
+
+    def __init__(self, db: Path, exc: BaseException) -> None:
+        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        super().__init__(
+            f"the MLflow store {db} cannot be opened ({first}); move it aside (mv {db} {db}.broken) and a new "
+            "one is created on the next run, or restore it from a backup"
+        )
 
 
 def experiment_name(spec: MethodSpec) -> str:

@@ -168,3 +168,35 @@ def test_the_console_script_flushes_everything_and_keeps_the_exit_code(tmp_path)
     )
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2 and "unknown method 'nosuch'" in proc.stderr and "atexit ran" in proc.stderr
+
+
+@pytest.mark.parametrize("text", ["010", "0x10", "1:30", "0777", "yes", "on", "True", "NO", "[010]"])
+def test_yaml_1_1_number_forms_in_set_are_not_read_as_other_numbers(text):
+    """--set episodes=010 was read as 8 (octal), seed=0x10 as 16, yes as True: a typo became another valid
+    value. Only plain forms are numbers and booleans now; the rest stay strings, which the configs refuse."""
+    from tasks.config import parse_value
+
+    value = parse_value(text)
+    assert not isinstance(value, (bool, int, float)), value
+    assert parse_value("10") == 10 and parse_value("1e-3") == 0.001 and parse_value("true") is True
+
+
+def test_an_octal_looking_seed_is_refused_with_its_key():
+    from models.registry import get
+    from tasks.config import ConfigError, build_config, parse_overrides
+
+    with pytest.raises((ConfigError, ValueError), match="seed"):
+        build_config(get("sleeping_rl"), "smoke", parse_overrides(["seed=0x10"]))
+
+
+def test_a_corrupt_mlflow_store_is_one_line_naming_the_file_and_the_fix(tmp_path):
+    (tmp_path / "mlflow").mkdir()
+    (tmp_path / "mlflow" / "mlflow.db").write_bytes(b"this is not an SQLite database" * 100)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "PREFECT_API"))}
+    env["PAPERLINE_ROOT"] = str(tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "status"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert out.returncode == 1, out.stderr[-2000:]
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "mlflow.db cannot be opened" in lines[0] and "mv " in lines[0], out.stderr[-2000:]
