@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import Scale
 from models.common.lightning import fit
-from models.common.selection import early_stopping_callbacks
+from models.common.selection import BestWeights, early_stopping_callbacks
 
 from . import data as data_mod
 from .networks import VideoDiT
@@ -67,13 +67,24 @@ class FitResult:
     history: list[dict]
     best_val: float  # the validation loss of the weights the fit ended on
     best_step: int  # the step of that validation
+    best: BestWeights  # the fit's early-stopping record (``best.record(arm, unit)`` makes it a compared fit)
 
 
 def fit_flow(
-    cfg, net: VideoDiT, videos: dict, steps: int, lr: float, warmup: int, seed: int, variant: str
+    cfg,
+    net: VideoDiT,
+    videos: dict,
+    steps: int,
+    lr: float,
+    warmup: int,
+    seed: int,
+    variant: str,
+    arm: str = "",
+    unit: str = "",
 ) -> FitResult:
     """Train ``net`` in place for at most ``steps`` steps with early stopping on the validation loss; ``seed``
-    fixes the batch order and the noise draws, so fits with one seed are paired across arms."""
+    fixes the batch order and the noise draws, so fits with one seed are paired across arms. With ``arm``
+    (and ``unit``) the fit is recorded for the verdict diagnostics."""
     train_set = TensorDataset(data_mod.to_float(videos["train"]))
     val_set = TensorDataset(data_mod.to_float(videos["val"]))
     loader = DataLoader(
@@ -84,6 +95,7 @@ def fit_flow(
         generator=torch.Generator().manual_seed(seed),
     )
     module = FlowMatching(net, lr, warmup, cfg.train.weight_decay)
+    callbacks = early_stopping_callbacks(MONITOR, cfg.train.patience, arm=arm, unit=unit)
     # The paper scale is meant for a GPU; smoke and default train on the CPU unless PAPERLINE_ACCELERATOR
     # says otherwise (the environment's setting wins in fit).
     accelerator = "gpu" if cfg.scale == Scale.paper and torch.cuda.is_available() else "cpu"
@@ -98,8 +110,8 @@ def fit_flow(
         val_check_interval=min(cfg.train.val_every, steps),
         check_val_every_n_epoch=None,
         accelerator=accelerator,
-        callbacks=early_stopping_callbacks(MONITOR, cfg.train.patience),
+        callbacks=callbacks,
     )
     val = [(r[MONITOR], r["step"]) for r in history if MONITOR in r]
     best_val, best_step = min(val) if val else (math.nan, -1)
-    return FitResult(history, float(best_val), int(best_step))
+    return FitResult(history, float(best_val), int(best_step), callbacks[-1])

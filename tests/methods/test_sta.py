@@ -474,10 +474,10 @@ def test_smoke_pipeline(smoke_run):
         swa.estimate == min(x for k, x in v.items() if k.endswith("/swa_partial_blocks")) == 0 and swa.state == "fails"
     )
     gap = result.criterion("finetuned_sta_loss_gap")
-    per_seed = [
-        v[f"method/seed{i}/denoise_loss"] / v[f"baseline/seed{i}/denoise_loss"] - 1 for i in range(cfg.train.n_seeds)
-    ]
+    loss = metrics.paired("denoise_loss", "baseline", "method")
+    per_seed = loss["method"].values / loss["baseline"].values - 1
     assert gap.estimate == pytest.approx(np.mean(per_seed)) and gap.n_units == cfg.train.n_seeds
+    assert gap.labels == loss["method"].labels
     assert gap.low <= gap.estimate <= gap.high
     model = SPEC.module().load_model(cfg, run.layout.model_dir)
     assert model.kind == "sta" and model.windows == tuple(cfg.model.windows) * cfg.model.heads
@@ -485,12 +485,14 @@ def test_smoke_pipeline(smoke_run):
 
 def _with_seed_losses(metrics, dense, sta, tile):
     from models.base import Metrics
+    from models.common.units import unit_labels
 
-    values = {k: x for k, x in metrics.values.items() if "/seed" not in k}
+    values = dict(metrics.values)
     values["sparsity/dit_1x3x3/swa_partial_blocks"] = 1.0  # smoke's 1-token tiles leave none: let the losses decide
+    out = Metrics(values)
     for arm, losses in (("baseline", dense), ("method", sta), ("ablation_tile", tile)):
-        values.update({f"{arm}/seed{i}/denoise_loss": float(x) for i, x in enumerate(losses)})
-    return Metrics(values)
+        out.add_units("denoise_loss", arm, losses, unit_labels("seed", len(losses)))
+    return out
 
 
 def test_quality_criteria_follow_their_intervals_over_seeds(smoke_run):
@@ -506,6 +508,10 @@ def test_quality_criteria_follow_their_intervals_over_seeds(smoke_run):
     assert clear.criterion("tile_only_loss_gap").state == "holds"
     assert clear.criterion("tile_only_vs_sta").estimate == pytest.approx(1.4 / 1.03 - 1)
     assert clear.criterion("tile_only_vs_sta").state == "holds" and clear.verdict == "holds"
+    # The negative control (the tile-only window scored as STA) misses the tolerance: it fails, as it must.
+    (control,) = clear.controls
+    assert control.of == "finetuned_sta_loss_gap" and control.criterion.state == "fails" and not control.passes
+    assert control.criterion.estimate == pytest.approx(0.4)
     # STA 5 % worse on average but 1 % / 9 % / 5 % across seeds: the threshold lies inside the interval.
     spread = claim(cfg, _with_seed_losses(metrics, dense, dense * np.array([1.01, 1.09, 1.05]), 1.4 * dense))
     gap = spread.criterion("finetuned_sta_loss_gap")
@@ -515,6 +521,7 @@ def test_quality_criteria_follow_their_intervals_over_seeds(smoke_run):
     flat = claim(cfg, _with_seed_losses(metrics, dense, 1.01 * dense, 1.02 * dense))
     assert flat.criterion("finetuned_sta_loss_gap").state == "holds"
     assert flat.criterion("tile_only_loss_gap").state == "fails" and flat.verdict == "fails"
+    assert flat.controls[0].passes  # the control holds too: the quality criterion cannot tell STA from tile-only
     # STA 20 % worse on every seed: fails, and so does the claim.
     worse = claim(cfg, _with_seed_losses(metrics, dense, 1.2 * dense, 1.4 * dense))
     assert worse.criterion("finetuned_sta_loss_gap").state == "fails" and worse.verdict == "fails"
