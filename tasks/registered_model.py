@@ -44,13 +44,20 @@ class PaperlineModel(mlflow.pyfunc.PythonModel):
         """Refuse what the model would silently reshape or round (the signature does too, through pyfunc)."""
         if x.dtype.kind not in "biuf":
             raise TypeError(f"paperline.{self.method} takes a numeric array, not dtype {x.dtype}")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            bad = int((~np.isfinite(x)).sum())
+            raise ValueError(f"paperline.{self.method} takes finite values; the input holds {bad} NaN or inf")
         if self.expected is None:
+            if x.dtype.kind == "b":
+                raise TypeError(f"paperline.{self.method} takes numbers, not booleans")
             return x
         shape, dtype = tuple(self.expected["shape"]), np.dtype(self.expected["dtype"])
         if x.ndim != len(shape) or any(n not in (-1, m) for n, m in zip(shape, x.shape)):
             raise ValueError(f"paperline.{self.method} takes an array of shape {shape} (-1: any), not {x.shape}")
         if dtype.kind in "iu" and x.dtype.kind not in "iu":
             raise TypeError(f"paperline.{self.method} takes {dtype} values, not {x.dtype} (floats are not rounded)")
+        if x.dtype.kind == "b" and dtype.kind != "b":
+            raise TypeError(f"paperline.{self.method} takes {dtype} values, not booleans")
         return x
 
 

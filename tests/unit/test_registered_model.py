@@ -64,3 +64,19 @@ def test_logged_requirements_are_this_environments_pins():
     for line in PIP_REQUIREMENTS:
         req = Requirement(line)
         assert req.specifier.contains(version(req.name), prereleases=True), (line, version(req.name))
+
+
+def test_the_wrapper_refuses_non_finite_values_and_booleans():
+    """A model without a declared input (kernel_sgd, bnn_linf) silently answered NaN, inf and bools."""
+    import torch
+
+    served = _served(torch.nn.Linear(3, 1), None)
+    assert served.predict(None, np.ones((2, 3), dtype=np.float32)).shape == (2, 1)
+    for bad in (np.array([[np.nan, 0.0, 1.0]]), np.array([[np.inf, 0.0, 1.0]])):
+        with pytest.raises(ValueError, match="finite values; the input holds 1 NaN or inf"):
+            served.predict(None, bad)
+    with pytest.raises(TypeError, match="not booleans"):
+        served.predict(None, np.ones((2, 3), dtype=bool))
+    served = _served(torch.nn.Linear(3, 1), {"dtype": "float32", "shape": [-1, 3]})
+    with pytest.raises(TypeError, match="not booleans"):
+        served.predict(None, np.ones((2, 3), dtype=bool))
