@@ -63,8 +63,9 @@ off each arm's curve (linear between epoch evaluations). Criterion ``query_ratio
 seeds of queries(natural) / queries(ZO-I) <= 0.70 (the brief's "in <= 70 % of the queries"),
 Student-t 95 % interval over the paired seeds. Test accuracy (natural minus ZO-I, with its
 interval) is reported beside it, not judged: the review found both arms reach the ideal twin's
-accuracy, so accuracy cannot tell them apart. Per-seed numbers come from ``evaluate`` as
-``<variant>/seed<s>/...`` keys.
+accuracy, so accuracy cannot tell them apart. Per-seed numbers come from ``evaluate`` as paired units
+(``Metrics.add_units``). Negative control: ZO-I at its chosen lr on the same chips with other minibatch
+orders and probe noise, scored as the method (it must not reach the bar).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts
+from models.base import ClaimResult, Control, DatasetRef, Metrics, Scale, Separation, TrainedArtifacts
 from models.common import verdicts as V
 from models.common.lightning import fit
 from models.common.selection import early_stopping_callbacks, grid, learns_task, select_on_validation
@@ -88,6 +89,10 @@ from models.zo_natural.networks import DTYPE, ChipNetwork, build_chip, make_netw
 from models.zo_natural.training import EVAL_STAGES, PretrainModule, ZOModule
 
 VARIANTS = {"method": True, "baseline": False}  # variant -> natural perturbations?
+# The negative control: ZO-I at its chosen lr on the same chips, with other minibatch orders and probe noise,
+# scored as if it were the method. It has no natural probes, so it must not reach the query bar.
+PLACEBO, PLACEBO_SEED_OFFSET = "control_placebo", 1000
+COVERS = ("training seed (chip defects, twin pre-training, minibatch order, probe noise)",)
 QUERY_RATIO_MAX = 0.70  # the brief: ZO-I's loss level "in <= 70 % of the queries"
 DATASET_NAMES = {"mnist": "MNIST", "fashion_mnist": "Fashion-MNIST", "idx": "user-supplied IDX images"}
 LEARNS_REDUCTION = 0.30  # the brief's tier-1 must-pass: the chip training loss down >= 30 % from post-BP
@@ -133,7 +138,7 @@ def pretrain_chip(cfg, t: dict[str, torch.Tensor], seed: int) -> tuple[ChipNetwo
     twin = chip.nominal()
     records, summary = [], {}
     if cfg.pretrain.epochs:
-        callbacks = early_stopping_callbacks("val/loss", cfg.pretrain.patience)
+        callbacks = early_stopping_callbacks("val/loss", cfg.pretrain.patience, arm="pretrain", unit=f"seed{seed}")
         records = fit(
             PretrainModule(twin, cfg.pretrain.lr),
             _loader(t["x_train"], t["y_train"], cfg.pretrain.batch_size, True),
@@ -153,8 +158,12 @@ def pretrain_chip(cfg, t: dict[str, torch.Tensor], seed: int) -> tuple[ChipNetwo
     return chip, records, summary
 
 
-def run_zo(cfg, t: dict[str, torch.Tensor], start: dict, natural: bool, lr: float, seed: int, name: str) -> dict:
-    """One early-stopped ZO fit from the programmed chip ``start``; ends on its best-validation weights."""
+def run_zo(
+    cfg, t: dict[str, torch.Tensor], start: dict, natural: bool, lr: float, seed: int, name: str, run_seed=None
+) -> dict:
+    """One early-stopped ZO fit from the programmed chip ``start``; ends on its best-validation weights.
+    ``run_seed`` (default ``seed``) seeds the minibatch order and the probes."""
+    run_seed = seed if run_seed is None else run_seed
     chip = make_network(cfg.net, t["x_train"].shape[1])
     chip.load_state_dict(start)
     splits = {stage: split for stage, split in _splits(t).items() if stage in EVAL_STAGES}
@@ -164,14 +173,16 @@ def run_zo(cfg, t: dict[str, torch.Tensor], start: dict, natural: bool, lr: floa
             loss, acc = chip_metrics(chip, chip.theta[None], x, y)
             initial.update({f"{stage}/loss": float(loss[0]), f"{stage}/acc": float(acc[0])})
     callbacks = early_stopping_callbacks("val/loss", cfg.zo.patience)
-    module = ZOModule(chip, chip.nominal(), make_sampler(cfg.zo, chip, natural), cfg.zo, lr, probe_seed=20_000 + seed)
+    module = ZOModule(
+        chip, chip.nominal(), make_sampler(cfg.zo, chip, natural), cfg.zo, lr, probe_seed=20_000 + run_seed
+    )
     records = fit(
         module,
         _loader(t["x_train"], t["y_train"], cfg.zo.batch_size, True),
         [_loader(x, y, len(y), False) for x, y in splits.values()],
         max_epochs=cfg.zo.epochs,
-        seed=seed,
-        variant=f"{name} lr={lr:g} seed {seed}",
+        seed=run_seed,
+        variant=f"{name} lr={lr:g} seed {seed}" + (f" (run seed {run_seed})" if run_seed != seed else ""),
         accelerator=cfg.accelerator,
         callbacks=callbacks,
     )
@@ -181,6 +192,7 @@ def run_zo(cfg, t: dict[str, torch.Tensor], start: dict, natural: bool, lr: floa
         "state": chip.state_dict(),
         "queries": module.queries,
         "best_val_loss": best.best,
+        "best": best,
         "summary": best.summary(f"{name}_seed{seed}"),
     }
 
@@ -196,6 +208,7 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             history[f"pretrain_seed{seed}"] = records
         summary.update(pretrain_summary)
         starts[seed] = chip.state_dict()
+    chosen: dict[str, float] = {}
     for variant, natural in VARIANTS.items():
 
         def fit_and_score(point: dict, variant=variant, natural=natural) -> tuple[float, dict]:
@@ -205,14 +218,19 @@ def train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         selection, runs = select_on_validation(
             variant, grid(lr=cfg.zo.lr_grid), fit_and_score, metric="loss", higher_is_better=False
         )
+        chosen[variant] = selection.chosen["lr"]
         summary.update(selection.summary())
         for row in selection.table:
             summary[f"select/{variant}/val_loss_lr{_lr_tag(row['lr'])}"] = row["val_loss"]
         for seed, run in runs.items():
+            run["best"].record(variant, f"seed{seed}")  # the chosen lr's fits are the compared ones
             torch.save(run["state"], out_dir / f"{variant}_seed{seed}.pt")
             history[f"{variant}_seed{seed}"] = run["records"]
             summary.update(run["summary"])
             summary[f"{variant}/queries_seed{seed}"] = float(run["queries"])
+    for seed in _seeds(cfg):  # the placebo: ZO-I's chosen lr on the same chip, other minibatch order and probes
+        run = run_zo(cfg, t, starts[seed], False, chosen["baseline"], seed, PLACEBO, seed + PLACEBO_SEED_OFFSET)
+        history[f"{PLACEBO}_seed{seed}"] = run["records"]
     return TrainedArtifacts(out_dir, history, summary)
 
 
@@ -260,7 +278,9 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
     seeds, history, summary = _seeds(cfg), artifacts.history, artifacts.summary
     splits = _splits(t)
     minibatches = math.ceil(len(t["y_train"]) / cfg.zo.batch_size)
-    values: dict[str, float] = {"minibatches_per_epoch": float(minibatches)}
+    metrics = Metrics({"minibatches_per_epoch": float(minibatches)}, [])
+    values = metrics.values
+    labels = [f"seed{s}" for s in seeds]
     curves = {variant: {s: _curve(history[f"{variant}_seed{s}"]) for s in seeds} for variant in VARIANTS}
     query_count_error = 0.0
     for variant in VARIANTS:
@@ -282,10 +302,10 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
             expected = row["epochs_trained"] * minibatches * (cfg.zo.n_probes + 1)
             query_count_error = max(query_count_error, abs(row["queries"] - expected))
             for key, value in row.items():
-                values[f"{variant}/seed{seed}/{key}"] = float(value)
                 per_seed.setdefault(key, []).append(float(value))
         for key, series in per_seed.items():
             values[f"{variant}/{key}"] = float(np.mean(series))
+            metrics.add_units(key, variant, series, labels)
         values[f"{variant}/test_acc_std"] = float(np.std(per_seed["test_acc"]))
         values[f"{variant}/lr"] = float(summary[f"select/{variant}/lr"])
     values["query_count_error"] = query_count_error
@@ -297,23 +317,28 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
         )
     # The claim's paired units: per seed, the queries each arm needs to reach the common target.
     targets = {}
+    placebo = {s: _curve(history[f"{PLACEBO}_seed{s}"]) for s in seeds}
+    to_target: dict[str, list[float]] = {}
     for seed in seeds:
         start = curves["method"][seed]["trainset/loss"][0]
         level = target_loss(start, [curves[v][seed]["trainset/loss"] for v in VARIANTS], cfg.zo.target_fraction)
         targets[seed] = level
-        values[f"seed{seed}/target_train_loss"] = level
+        to_target.setdefault("target_train_loss", []).append(level)
         for variant in VARIANTS:
             c = curves[variant][seed]
-            values[f"{variant}/seed{seed}/queries_to_target"] = queries_to_reach(
-                c["queries"], c["trainset/loss"], level
-            )
-        values[f"seed{seed}/query_ratio"] = (
-            values[f"method/seed{seed}/queries_to_target"] / values[f"baseline/seed{seed}/queries_to_target"]
+            to_target.setdefault(variant, []).append(queries_to_reach(c["queries"], c["trainset/loss"], level))
+        # The placebo's target is defined the same way, from its own and ZO-I's curves.
+        pair = [placebo[seed]["trainset/loss"], curves["baseline"][seed]["trainset/loss"]]
+        level = target_loss(start, pair, cfg.zo.target_fraction)
+        to_target.setdefault(f"{PLACEBO}_vs_baseline", []).append(
+            queries_to_reach(curves["baseline"][seed]["queries"], pair[1], level)
         )
-    for variant in VARIANTS:
-        values[f"{variant}/queries_to_target"] = float(
-            np.mean([values[f"{variant}/seed{s}/queries_to_target"] for s in seeds])
-        )
+        to_target.setdefault(PLACEBO, []).append(queries_to_reach(placebo[seed]["queries"], pair[0], level))
+    for arm in (*VARIANTS, PLACEBO):
+        values[f"{arm}/queries_to_target"] = float(np.mean(to_target[arm]))
+        metrics.add_units("queries_to_target", arm, to_target[arm], labels)
+    metrics.add_units("queries_to_placebo_target", "baseline", to_target[f"{PLACEBO}_vs_baseline"], labels)
+    metrics.add_units("target_train_loss", "both", to_target["target_train_loss"], labels)
     # Sampler check at ZO-natural's trained parameters (first seed), on a fixed training subset.
     chip = make_network(cfg.net, t["x_train"].shape[1])
     chip.load_state_dict(torch.load(artifacts.model_dir / f"method_seed{seeds[0]}.pt", weights_only=True))
@@ -331,12 +356,13 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
         ),
         plots.plot_queries_to_target(
             seeds,
-            {v: [values[f"{v}/seed{s}/queries_to_target"] for s in seeds] for v in VARIANTS},
+            {v: to_target[v] for v in VARIANTS},
             values["query_budget"],
             plots_dir / "queries_to_target.png",
         ),
     ]
-    return Metrics(values, figures)
+    metrics.figures = figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
@@ -345,25 +371,53 @@ def evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) 
 def claim(cfg, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     seeds = _seeds(cfg)
+    queries = metrics.paired("queries_to_target", "method", "baseline", PLACEBO)
     query_ratio = V.mean_criterion(
         "query_ratio",
         f"chip queries ZO-natural needs to reach the seed's target training loss over those ZO-I needs "
         f"(target: post-BP loss minus {cfg.zo.target_fraction:g} of the reduction both arms reach)",
-        [v[f"seed{s}/query_ratio"] for s in seeds],
+        queries["method"] / queries["baseline"],
         QUERY_RATIO_MAX,
         "<=",
         "paired seeds",
+        covers=COVERS,
     )
+    test_acc = metrics.paired("test_acc", "method", "baseline")
     accuracy = V.difference_criterion(
         "acc_gain_pts",
         "chip test accuracy, ZO-natural minus ZO-I, in points (reported, not judged)",
-        [v[f"method/seed{s}/test_acc"] for s in seeds],
-        [v[f"baseline/seed{s}/test_acc"] for s in seeds],
+        test_acc["method"],
+        test_acc["baseline"],
         0.0,
         ">=",
         "paired seeds",
         scale=100.0,
+        covers=COVERS,
     )
+    controls = [
+        Control(
+            "query_ratio",
+            "no natural probes: ZO-I at its chosen lr on the same chips with other minibatch orders and probe "
+            "noise, scored as the method",
+            V.mean_criterion(
+                "query_ratio",
+                "chip queries to the target, ZO-I on other run seeds over ZO-I (target from both curves alike)",
+                queries[PLACEBO] / metrics.unit("queries_to_placebo_target", "baseline"),
+                QUERY_RATIO_MAX,
+                "<=",
+                "paired seeds",
+                covers=COVERS,
+            ),
+        )
+    ]
+    separations = [
+        Separation("chip test accuracy", {a: v[f"{a}/test_acc"] for a in VARIANTS}, floor=0.1, ceiling=1.0),
+        Separation(
+            "chip training-loss reduction from post-BP",
+            {a: v[f"{a}/train_loss_reduction"] for a in VARIANTS},
+            floor=0.0,
+        ),
+    ]
     figures = {
         "method_test_acc": v["method/test_acc"],
         "baseline_test_acc": v["baseline/test_acc"],
@@ -408,8 +462,7 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         f"(paired seeds, {DATASET_NAMES[cfg.data.source]})."
     )
     per_seed = ", ".join(
-        f"seed {s}: {v[f'method/seed{s}/queries_to_target']:.0f} vs {v[f'baseline/seed{s}/queries_to_target']:.0f}"
-        for s in seeds
+        f"seed {s}: {a:.0f} vs {b:.0f}" for s, a, b in zip(seeds, queries["method"], queries["baseline"])
     )
     notes = (
         f"{query_ratio.describe()} ({query_ratio.units}); queries to target, natural vs ZO-I: {per_seed} "
@@ -417,10 +470,10 @@ def claim(cfg, metrics: Metrics) -> ClaimResult:
         f"(test accuracy {v['method/test_acc']:.3f} vs {v['baseline/test_acc']:.3f}; ideal twin "
         f"{v['twin_postbp/test_acc']:.3f}, chip after BP {v['chip_postbp/test_acc']:.3f}). Chosen on validation from "
         f"lr {list(cfg.zo.lr_grid)}: natural {v['method/lr']:g}, ZO-I {v['baseline/lr']:g}; best epochs natural "
-        f"{[int(v[f'method/seed{s}/best_epoch']) for s in seeds]}, ZO-I "
-        f"{[int(v[f'baseline/seed{s}/best_epoch']) for s in seeds]} of {cfg.zo.epochs}. "
+        f"{[int(x) for x in metrics.unit('best_epoch', 'method')]}, ZO-I "
+        f"{[int(x) for x in metrics.unit('best_epoch', 'baseline')]} of {cfg.zo.epochs}. "
         "The brief's cos(g_NP, Sigma grad) >= 0.9 at Q probes is limited by Monte-Carlo noise, not by the "
         "sampler; the must-pass checks the measured cosine against its prediction and the probes' covariance "
         "against the closed form."
     )
-    return ClaimResult(statement, [query_ratio], sanity, figures, notes)
+    return ClaimResult(statement, [query_ratio], sanity, figures, notes, controls, separations)

@@ -361,23 +361,23 @@ def test_smoke_pipeline_end_to_end(arch, tmp_path):
     assert not metrics.non_finite()
     # 300 images in minibatches of 50, at most 2 epochs, Q + 1 = 5 queries each.
     assert v["query_budget"] == 2 * 6 * 5 and v["query_count_error"] == 0
-    assert v["method/seed0/queries"] == v["method/seed0/epochs_trained"] * 6 * 5
+    u = metrics.unit_values()
+    assert u["method/seed0/queries"] == u["method/seed0/epochs_trained"] * 6 * 5
     assert 0 <= v["method/test_acc"] <= 1 and 0 <= v["baseline/test_acc"] <= 1
     for variant in ("method_seed0", "baseline_seed0"):
         assert artifacts.history[variant][0]["queries"] == 0
     assert {p.name for p in metrics.figures} == {"queries_curves.png", "lr_selection.png", "queries_to_target.png"}
     assert all(p.is_file() for p in metrics.figures)
     assert set(result.figures) >= {"method_test_acc", "baseline_test_acc", "acc_gain_points", "cos_np", "cos_iso"}
-    assert v["method/seed0/test_acc"] == v["method/test_acc"]  # one smoke seed
-    level = v["seed0/target_train_loss"]
-    assert level < v["method/seed0/postbp_train_loss"]
+    assert u["method/seed0/test_acc"] == v["method/test_acc"]  # one smoke seed
+    level = u["both/seed0/target_train_loss"]
+    assert level < u["method/seed0/postbp_train_loss"]
     for variant in ("method", "baseline"):
-        assert 0 < v[f"{variant}/seed0/queries_to_target"] <= v[f"{variant}/seed0/queries"]
-    assert v["seed0/query_ratio"] == pytest.approx(
-        v["method/seed0/queries_to_target"] / v["baseline/seed0/queries_to_target"]
-    )
+        assert 0 < u[f"{variant}/seed0/queries_to_target"] <= u[f"{variant}/seed0/queries"]
     (ratio,) = result.criteria  # one seed: no interval, so at best inconclusive
     assert ratio.name == "query_ratio" and ratio.n_units == 1 and ratio.state == "inconclusive"
+    assert ratio.estimate == pytest.approx(u["method/seed0/queries_to_target"] / u["baseline/seed0/queries_to_target"])
+    assert ratio.labels == ("seed0",) and result.controls[0].of == "query_ratio"
     for check in ("probe_step_norm_is_mu", "query_count_exact", "sampler_cov_within_1.5x_mc_error", "finite_metrics"):
         assert result.sanity[check], check
     assert "np_within_1.5pt_of_zo_i" not in result.sanity  # default-scale checks only
@@ -460,13 +460,17 @@ def hand_built_metrics(ratios, acc_method=(0.80, 0.80, 0.80), acc_baseline=(0.80
         "sampler/probe_norm_err_np": 0.0,
         "sampler/probe_norm_err_iso": 0.0,
     }
-    for seed, (r, a, b) in enumerate(zip(ratios, acc_method, acc_baseline)):
-        values[f"seed{seed}/query_ratio"] = r
-        values[f"method/seed{seed}/test_acc"], values[f"baseline/seed{seed}/test_acc"] = a, b
-        values[f"method/seed{seed}/queries_to_target"] = 600.0 * r
-        values[f"baseline/seed{seed}/queries_to_target"] = 600.0
-        values[f"method/seed{seed}/best_epoch"] = values[f"baseline/seed{seed}/best_epoch"] = 9.0
-    return Metrics(values)
+    metrics = Metrics(values)
+    labels = [f"seed{k}" for k in range(len(ratios))]
+    metrics.add_units("test_acc", "method", acc_method, labels)
+    metrics.add_units("test_acc", "baseline", acc_baseline, labels)
+    metrics.add_units("queries_to_target", "method", [600.0 * r for r in ratios], labels)
+    metrics.add_units("queries_to_target", "baseline", [600.0] * len(ratios), labels)
+    metrics.add_units("queries_to_target", "control_placebo", [600.0] * len(ratios), labels)
+    metrics.add_units("queries_to_placebo_target", "baseline", [610.0, 590.0, 600.0][: len(ratios)], labels)
+    for arm in ("method", "baseline"):
+        metrics.add_units("best_epoch", arm, [9.0] * len(ratios), labels)
+    return metrics
 
 
 def test_claim_is_the_paired_query_ratio_against_0_7():
