@@ -36,7 +36,7 @@ from models.ibmd.data import (
     sample_toy_x0,
 )
 from models.ibmd.networks import BridgeNet, OneStepGenerator, network_times, with_noise_inputs
-from models.ibmd.pipeline import absolute_mean_criterion, held_out_block, per_seed_key
+from models.ibmd.pipeline import absolute_mean_criterion, held_out_block
 from models.ibmd.training import (
     BridgeMatching,
     InverseBridgeMatching,
@@ -383,7 +383,6 @@ def test_seeds_score_disjoint_test_blocks():
     arrays = {"x0_test": np.zeros((3 * 512, 2))}
     rows = [held_out_block(arrays, setup, cfg, k) for k in range(3)]
     assert [(r.start, r.stop) for r in rows] == [(0, 512), (512, 1024), (1024, 1536)]
-    assert per_seed_key("method/toy_cond_ed", 2) == "method/seed2/toy_cond_ed"
 
 
 # ----------------------------------------------------------------------------- pipeline
@@ -391,7 +390,7 @@ def test_seeds_score_disjoint_test_blocks():
 
 def test_smoke_pipeline(smoke_run):
     run = smoke_run("ibmd")
-    v, result = run.metrics.values, run.claim
+    v, result = run.metrics.flat(), run.claim
     assert {"baseline", "method", "baseline_digits", "method_digits"} <= set(run.artifacts.history)
     assert any("train/fake_loss" in r for r in run.artifacts.history["method"])
     assert any("val/ed_to_teacher" in r for r in run.artifacts.history["method"])
@@ -433,7 +432,7 @@ def _claim_of(ed_ibmd, ed_one, ed_many, floor, frac, frac_many, truth=0.75, scal
         scale, {"data.digits": False, "toy_variants": ["cond"], "n_seeds": SEEDS, "data.toy_test_blocks": SEEDS}
     )
     many = f"nfe{cfg.many_nfe}"
-    v = {}
+    per_seed: dict[str, list[float]] = {}
     for k in range(SEEDS):
         per = {
             "method/toy_cond_x1_only_fraction": 1.0,
@@ -451,9 +450,16 @@ def _claim_of(ed_ibmd, ed_one, ed_many, floor, frac, frac_many, truth=0.75, scal
             "baseline/toy_cond_frac_bimodal_nfe1": 0.1,
             f"baseline/toy_cond_frac_bimodal_{many}": frac_many[k],
             "oracle/toy_cond_truth_frac_bimodal": truth,
+            "control/toy_cond_ed_plugin": 0.3,  # the student at z = 0: far from the truth
+            "control/toy_cond_frac_bimodal": 0.9,
         }
-        v.update({per_seed_key(name, k): float(x) for name, x in per.items()})
-    return SPEC.module().claim(cfg, Metrics(v))
+        for name, x in per.items():
+            per_seed.setdefault(name, []).append(float(x))
+    metrics = Metrics({name: float(np.mean(xs)) for name, xs in per_seed.items()})
+    for name, xs in per_seed.items():
+        arm, metric = name.split("/", 1)
+        metrics.add_units(metric, arm, xs, [f"seed{k}" for k in range(SEEDS)])
+    return SPEC.module().claim(cfg, metrics)
 
 
 def test_claim_holds_when_the_student_matches_a_teacher_at_the_noise_floor():
@@ -469,6 +475,10 @@ def test_claim_holds_when_the_student_matches_a_teacher_at_the_noise_floor():
         [0.75, 0.75, 0.75],
     )
     assert good.verdict == "holds" and good.sane
+    # Both negative controls (z = 0, the undistilled G) fail the criteria they shadow.
+    assert {c.of for c in good.controls} == {"toy_cond_ed_vs_teacher_nfe10", "toy_cond_bimodal_gap_to_teacher_nfe10"}
+    assert all(c.criterion.state == "fails" for c in good.controls)
+    assert good.criterion("toy_cond_ed_vs_teacher_nfe10").labels == ("seed0", "seed1", "seed2")
     c = good.criterion("toy_cond_ed_vs_teacher_nfe10")
     assert c.estimate == pytest.approx(np.mean([0.0003, 0.0001, 0.0002]) - 1.5 * 0.0001 - np.mean(floor))
     assert good.criterion("toy_cond_bimodal_gap_to_teacher_nfe10").estimate == pytest.approx(0.0, abs=1e-12)
