@@ -84,9 +84,11 @@ from torch.utils.data import TensorDataset
 
 from models.base import (
     ClaimResult,
+    Control,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
@@ -95,6 +97,7 @@ from models.base import (
 from models.common import raw_data
 from models.common import verdicts as V
 from models.common.selection import grid, learns_task, select_on_validation
+from models.common.units import UnitValues, unit_labels
 
 from . import algorithm, plots
 from . import data as data_mod
@@ -104,6 +107,9 @@ from .training import FitResult, fit_classifier
 
 FSD_ARCHIVE = "fsdd/recordings.tar"
 ARMS = {"baseline": "lssl", "method": "unlssl"}
+# The random draws the paired seeds vary: both arms of a seed share its initial weights (C, D, encoder, decoder),
+# batch order and dropout masks' seed; the data split and the noise draws are fixed by cfg.seed for every unit.
+COVERS = ("training seed (initial weights, batch order, dropout)",)
 CHOSEN_FILE = "chosen.json"
 
 
@@ -209,6 +215,11 @@ def run_name(arm: str, train_noise: float, seed_index: int, lr: float, obs_sigma
     return f"{arm}_train{train_noise:g}_seed{seed_index}_lr{lr:g}{s2}"
 
 
+def unit_label(train_noise: float, seed_index: int) -> str:
+    """A compared fit's unit: ``train0.0316_seed2`` (the claim's units are the seeds of one train noise)."""
+    return f"train{train_noise:g}_seed{seed_index}"
+
+
 def weights_file(model_dir: Path, arm: str, train_noise: float, seed_index: int) -> Path:
     return Path(model_dir) / f"{arm}_train{train_noise:g}_seed{seed_index}.pt"
 
@@ -259,13 +270,16 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         return score
 
     lr_points = grid(lr=t.lr_grid)
+    first = unit_label(tn, 0)
     selections = {
-        "baseline_lr": select_on_validation("baseline", lr_points, scorer("baseline"), "acc")[0],
-        "method_lr": select_on_validation("method_lr", lr_points, scorer("method"), "acc")[0],
+        "baseline_lr": select_on_validation("baseline", lr_points, scorer("baseline"), "acc", unit=first)[0],
+        "method_lr": select_on_validation("method", lr_points, scorer("method"), "acc", unit=first)[0],
     }
     method_lr = selections["method_lr"].chosen["lr"]
     s2_points = grid(obs_sigma2=cfg.unhippo.obs_sigma2_grid)
-    selections["method_sigma2"] = select_on_validation("method", s2_points, scorer("method", method_lr), "acc")[0]
+    selections["method_sigma2"] = select_on_validation(
+        "method", s2_points, scorer("method", method_lr), "acc", unit=first
+    )[0]
     chosen = {
         "baseline": {"lr": selections["baseline_lr"].chosen["lr"], "obs_sigma2": first_s2},
         "method": {"lr": method_lr, "obs_sigma2": selections["method_sigma2"].chosen["obs_sigma2"]},
@@ -279,6 +293,7 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         for k in range(t.n_seeds):
             for arm in ARMS:
                 result = fitted(arm, train_noise, k, chosen[arm]["lr"], chosen[arm]["obs_sigma2"])
+                result.stopping.record(arm, unit_label(train_noise, k))  # a compared fit
                 torch.save(result.net.state_dict(), weights_file(out_dir, arm, train_noise, k))
                 key = f"{arm}_train{train_noise:g}_seed{k}"
                 finals[key] = run_name(arm, train_noise, k, chosen[arm]["lr"], chosen[arm]["obs_sigma2"])
@@ -369,10 +384,6 @@ def seed_noisy_acc(cfg: Config, scores: dict, arm: str, seed_index: int) -> floa
     """Mean accuracy over eval noises >= claim_noise_floor of one seed trained at claim_train_noise."""
     tn = cfg.claim_train_noise
     return float(np.mean([scores[arm][tn][en][seed_index]["acc"] for en in claim_noise_levels(cfg)]))
-
-
-def seed_key(arm: str, seed_index: int, name: str) -> str:
-    return f"{arm}/seed{seed_index}/{name}"
 
 
 # ----------------------------------------------------------------------------- evaluation: reconstruction (E1)
@@ -466,7 +477,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     chosen = record["chosen"]
     scores = evaluate_classification(cfg, arrays, artifacts.model_dir, chosen)
     recon = evaluate_reconstruction(cfg)
-    values: dict[str, float] = {}
+    metrics = Metrics({}, [])
+    values = metrics.values
     for arm, per_train in scores.items():
         for tn, per_eval in per_train.items():
             for en in per_eval:
@@ -478,12 +490,12 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         values[f"{arm}/acc_clean"] = mean_score(scores, arm, 0.0, 0.0)
         per_seed = [seed_noisy_acc(cfg, scores, arm, k) for k in range(cfg.train.n_seeds)]
         values[f"{arm}/acc_noisy"] = float(np.mean(per_seed))
-        for k in range(cfg.train.n_seeds):  # per training seed, so claim() can pair the two arms seed by seed
-            values[seed_key(arm, k, "acc_clean")] = scores[arm][0.0][0.0][k]["acc"]
-            values[seed_key(arm, k, "acc_noisy")] = per_seed[k]
-            values[seed_key(arm, k, "acc_in_distribution")] = scores[arm][cfg.claim_train_noise][cfg.claim_train_noise][
-                k
-            ]["acc"]
+        # Per training seed, so claim() can pair the two arms seed by seed.
+        seeds = unit_labels("seed", cfg.train.n_seeds)
+        tn = cfg.claim_train_noise
+        metrics.add_units("acc_clean", arm, [row["acc"] for row in scores[arm][0.0][0.0]], seeds)
+        metrics.add_units("acc_noisy", arm, per_seed, seeds)
+        metrics.add_units("acc_in_distribution", arm, [row["acc"] for row in scores[arm][tn][tn]], seeds)
         values[f"{arm}/chosen_lr"] = chosen[arm]["lr"]
         best = [
             artifacts.summary[f"final/{arm}_train{tn:g}_seed{k}/best_epoch"]
@@ -523,7 +535,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         plots.reconstruction(recon, cfg.recon, cfg.seed, folder / "reconstruction_mse.png"),
         plots.matrices(cfg, chosen["method"]["obs_sigma2"], sequence_length(cfg), folder / "ssm_matrices.png"),
     ]
-    return Metrics(values, figures)
+    metrics.figures = figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
@@ -536,36 +549,69 @@ PAPER_NOTE = (
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
-    seeds = range(cfg.train.n_seeds)
 
-    def per_seed(arm: str, name: str) -> list[float]:
-        return [v[seed_key(arm, k, name)] for k in seeds]
+    def per_seed(arm: str, name: str):
+        return metrics.unit(name, arm)
 
+    noisy, clean = metrics.paired("acc_noisy", *ARMS), metrics.paired("acc_clean", *ARMS)
     levels = ", ".join(f"{en:g}" for en in claim_noise_levels(cfg))
+    noisy_statement = (
+        f"UnLSSL - LSSL test accuracy (pt), both trained at noise {cfg.claim_train_noise:g}, averaged over "
+        f"eval noises {levels}"
+    )
     criteria = [
         V.difference_criterion(
             "acc_noisy_gain_pt",
-            f"UnLSSL - LSSL test accuracy (pt), both trained at noise {cfg.claim_train_noise:g}, averaged over "
-            f"eval noises {levels}",
-            per_seed("method", "acc_noisy"),
-            per_seed("baseline", "acc_noisy"),
+            noisy_statement,
+            noisy["method"],
+            noisy["baseline"],
             2.0,
             ">=",
             units="paired training seeds",
             paper=PAPER_NOTE,
             scale=100.0,
+            covers=COVERS,
         ),
         V.difference_criterion(
             "acc_clean_gap_pt",
             "UnLSSL - LSSL test accuracy (pt), both trained and tested without noise",
-            per_seed("method", "acc_clean"),
-            per_seed("baseline", "acc_clean"),
+            clean["method"],
+            clean["baseline"],
             -3.0,
             ">=",
             units="paired training seeds",
             paper=PAPER_NOTE,
             scale=100.0,
+            covers=COVERS,
         ),
+    ]
+    # Negative control (a placebo, no extra fits): LSSL's seed k+1 scored as the method against LSSL's seed k (cyclic),
+    # i.e. two LSSL fits that differ only by their training seed. It has no Kalman recursion, so it must not clear the
+    # bar; its mean is 0 by construction and its interval shows what seed noise alone can do.
+    lssl = noisy["baseline"]
+    rotated = UnitValues(lssl.labels, np.roll(lssl.values, -1))
+    controls = [
+        Control(
+            "acc_noisy_gain_pt",
+            "the Kalman recursion removed: LSSL on the next training seed scored as UnLSSL (cyclic placebo)",
+            V.difference_criterion(
+                "acc_noisy_gain_pt",
+                f"placebo: LSSL seed k+1 - LSSL seed k test accuracy (pt), trained at noise {cfg.claim_train_noise:g}, "
+                f"averaged over eval noises {levels}",
+                rotated,
+                lssl,
+                2.0,
+                ">=",
+                units="paired training seeds",
+                scale=100.0,
+                covers=COVERS,
+            ),
+        )
+    ]
+    chance = 1 / n_classes(cfg)
+    separations = [
+        Separation("noisy test accuracy", {a: v[f"{a}/acc_noisy"] for a in ARMS}, floor=chance, ceiling=1.0),
+        Separation("clean test accuracy", {a: v[f"{a}/acc_clean"] for a in ARMS}, floor=chance, ceiling=1.0),
     ]
     tn = cfg.claim_train_noise
     figures = {
@@ -613,11 +659,10 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             sanity["e1_hippo_better_on_clean_signal"] = v["baseline/recon_mse_noise0"] < v["method/recon_mse_noise0"]
         # Both arms must learn the task in distribution, or the comparison is vacuous: clean at twice
         # chance, the baseline at the claim's train noise (train = eval) at 1.5 x chance, seed means.
-        chance = 1 / n_classes(cfg)
         for arm in ARMS:
             name, ok = learns_task(f"{arm}_clean", v[f"{arm}/acc_clean"], 2 * chance)
             sanity[name] = ok
-        in_dist = float(np.mean(per_seed("baseline", "acc_in_distribution")))
+        in_dist = per_seed("baseline", "acc_in_distribution").mean()
         name, ok = learns_task(f"baseline_at_noise{tn:g}", in_dist, 1.5 * chance)
         sanity[name] = ok
 
@@ -636,4 +681,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     )
     if cfg.train.n_seeds == 1:
         notes += " One training seed: no interval, so the accuracy criteria are at best inconclusive."
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

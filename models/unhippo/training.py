@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from models.common.lightning import fit
-from models.common.selection import early_stopping_callbacks
+from models.common.selection import BestWeights, early_stopping_callbacks
 
 from .networks import SSMClassifier
 
@@ -51,6 +51,7 @@ class FitResult:
     best_val_acc: float
     best_epoch: int  # 0-based epoch of the weights kept
     epochs: int  # epochs trained before the patience ran out (or max_epochs)
+    stopping: BestWeights  # the fit's early-stopping record; ``stopping.record(arm, unit)`` once it is a compared fit
 
 
 def fit_classifier(
@@ -87,4 +88,4 @@ def fit_classifier(
     )
     best = callbacks[-1]
     best_acc = float(best.best) if best.best is not None else math.nan
-    return FitResult(net, history, best_acc, int(best.best_epoch), int(best.epochs_seen))
+    return FitResult(net, history, best_acc, int(best.best_epoch), int(best.epochs_seen), best)

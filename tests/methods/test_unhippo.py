@@ -450,7 +450,7 @@ def test_smoke_pipeline(tmp_path):
     gain = result.criterion("acc_noisy_gain_pt")
     assert gain.estimate == pytest.approx(100 * (v["method/acc_noisy"] - v["baseline/acc_noisy"]))
     assert gain.n_units == cfg.train.n_seeds == 1 and gain.state == "inconclusive"  # one seed: no interval
-    assert v["method/seed0/acc_clean"] == pytest.approx(v["method/acc_clean"])
+    assert metrics.unit("acc_clean", "method").as_dict()["seed0"] == pytest.approx(v["method/acc_clean"])
     assert "recon_mse_ratio_unhippo_over_hippo" in result.figures
     assert {p.name for p in metrics.figures} >= {
         "accuracy_vs_eval_noise.png",
@@ -484,16 +484,18 @@ def claim_metrics(
     for noise in cfg.recon.noises:
         values[f"baseline/recon_mse_noise{noise:g}"] = 1.0 if noise else 0.1
         values[f"method/recon_mse_noise{noise:g}"] = 0.4
+    metrics = Metrics(values)
     for arm in ("method", "baseline"):
-        for k, (a_noisy, a_clean) in enumerate(zip(noisy[arm], clean[arm])):
-            values[f"{arm}/seed{k}/acc_noisy"], values[f"{arm}/seed{k}/acc_clean"] = a_noisy, a_clean
-            values[f"{arm}/seed{k}/acc_in_distribution"] = in_distribution
+        seeds = [f"seed{k}" for k in range(len(noisy[arm]))]
+        metrics.add_units("acc_noisy", arm, noisy[arm], seeds)
+        metrics.add_units("acc_clean", arm, clean[arm], seeds)
+        metrics.add_units("acc_in_distribution", arm, [in_distribution] * len(seeds), seeds)
         values[f"{arm}/acc_noisy"], values[f"{arm}/acc_clean"] = np.mean(noisy[arm]), np.mean(clean[arm])
         values[f"{arm}/acc_train{tn:g}_eval{tn:g}"] = in_distribution
         values.update(
             {f"{arm}/chosen_lr": 1e-2, f"{arm}/best_epoch_mean": 3.0, f"{arm}/finals_best_at_last_epoch": 0.0}
         )
-    return Metrics(values)
+    return metrics
 
 
 def test_claim_pairs_training_seeds_and_is_three_state():
@@ -506,6 +508,14 @@ def test_claim_pairs_training_seeds_and_is_three_state():
     gain = holds.criterion("acc_noisy_gain_pt")
     assert gain.estimate == pytest.approx(6.0) and gain.low > 2.0 and gain.n_units == 3 and gain.interval == "t"
     assert holds.criterion("acc_clean_gap_pt").state == "holds" and holds.verdict == "holds" and holds.sane
+    # The placebo (LSSL's next seed scored as UnLSSL) has mean 0 by construction: it fails the 2 pt bar when LSSL's
+    # seeds agree, and is inconclusive when seed noise alone could reach 2 pt (+-4 pt between seeds here).
+    (control,) = holds.controls
+    assert control.criterion.estimate == pytest.approx(0.0) and control.criterion.state == "inconclusive"
+    tight = SPEC.module().claim(
+        cfg, claim_metrics(cfg, {"method": [0.60, 0.59, 0.61], "baseline": [0.540, 0.542, 0.544]}, clean)
+    )
+    assert tight.controls[0].criterion.state == "fails" and tight.verdict == "holds"
     assert "FSD" in gain.paper
     # Gains +6, -1, +3 pt: mean 2.7 pt, but the interval straddles 2 pt.
     mixed = SPEC.module().claim(
