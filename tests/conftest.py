@@ -37,7 +37,33 @@ def _method_of(item) -> str | None:
     return max((s for s in METHODS if stem == s or stem.startswith(s + "_")), key=len, default=None)
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--method",
+        default=None,
+        help="only this method's tests: its own files, its cases of the parametrised tests, and the sync "
+        "checks (registry, params.yaml/dvc.yaml, README tables; marker `sync`) - what `make test-method M=` runs",
+    )
+
+
+def _about(item, slug: str) -> bool:
+    """Whether ``item`` exercises ``slug``: a test of its folder, or a case parametrised with it."""
+    if _method_of(item) == slug and "tests/methods/" in str(item.fspath).replace("\\", "/"):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return slug in params.values() or item.get_closest_marker("sync") is not None
+
+
 def pytest_collection_modifyitems(config, items):
+    slug = config.getoption("--method")
+    if slug:
+        from models.registry import METHODS
+
+        if slug not in METHODS:
+            raise pytest.UsageError(f"--method {slug!r}: not a registered method; choose from {', '.join(METHODS)}")
+        kept = [item for item in items if _about(item, slug)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     # Under `pytest -n N --dist loadgroup` (make test) every test of one method runs in one worker, so the
     # session-wide smoke run (tests/methods/conftest.py) is made once, not once per worker.
     for item in items:

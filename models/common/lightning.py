@@ -339,6 +339,21 @@ class FitProgressBar(TQDMProgressBar):
             bar.n = trainer.global_step
             bar.set_postfix(self.get_metrics(trainer, pl_module), refresh=True)
 
+    # Validation is folded into the fit's one bar: its metrics join the bar's postfix, and no bar of its own
+    # is drawn (Lightning's per-epoch validation bars were 160 of a smoke run's 243 lines).
+    def on_validation_start(self, trainer, pl_module) -> None:
+        pass
+
+    def on_validation_batch_start(self, trainer, pl_module, batch, batch_idx: int, dataloader_idx: int = 0) -> None:
+        pass
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int, dataloader_idx: int = 0):
+        pass
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if self._train_progress_bar is not None and trainer.state.fn == "fit":
+            self.train_progress_bar.set_postfix(self.get_metrics(trainer, pl_module))
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx: int) -> None:
         if not self._step_bounded(trainer):
             return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)

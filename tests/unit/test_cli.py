@@ -120,6 +120,7 @@ def test_run_with_malformed_params_stops_before_work(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml"]
 
 
+@pytest.mark.sync
 def test_readme_lists_every_method():
     readme = (ROOT / "README.md").read_text()
     for slug in METHODS:

@@ -36,6 +36,7 @@ def test_scales_differ():
         assert spec.make_config("smoke") != spec.make_config("default"), spec.slug
 
 
+@pytest.mark.sync
 def test_params_yaml_is_in_sync_with_the_configs():
     on_disk = yaml.safe_load((ROOT / "params.yaml").read_text())
     assert on_disk == cfgmod.default_params(), "run `paperline params --write`"
@@ -43,6 +44,7 @@ def test_params_yaml_is_in_sync_with_the_configs():
         cfgmod.config_from_params(ROOT, slug)
 
 
+@pytest.mark.sync
 def test_dvc_yaml_is_in_sync_with_the_registry():
     assert (ROOT / "dvc.yaml").read_text() == render_dvc_yaml(), "run `paperline params --write`"
 

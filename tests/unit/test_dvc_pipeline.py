@@ -35,6 +35,7 @@ def _covers(dep: str, path: str) -> bool:
     return path == dep or path.startswith(dep.rstrip("/") + "/")
 
 
+@pytest.mark.sync
 def test_committed_dvc_yaml_is_the_generated_one():
     assert (ROOT / "dvc.yaml").read_text() == render_dvc_yaml(), "run `paperline params --write`"
 

@@ -54,3 +54,29 @@ def test_bar_redraws_are_bounded_by_time_not_by_steps(capsys):
     err = _fit(capsys, bar=FitProgressBar("method", min_seconds=60), max_epochs=10**6, max_steps=400)
     assert re.search(r"method step.*400/400", err), err[-500:]
     assert err.count("method step") < 10, err.count("method step")
+
+
+class _Validated(_Tiny):
+    def validation_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("val/loss", torch.nn.functional.mse_loss(self.net(x), y), prog_bar=True)
+
+
+def test_validation_is_folded_into_the_fits_one_bar(capsys):
+    """Lightning draws a validation bar every epoch (160 of a smoke run's 243 lines); one bar per fit stays."""
+    loader = DataLoader(TensorDataset(torch.randn(12, 2), torch.randn(12, 1)), batch_size=4)
+    trainer = L.Trainer(
+        callbacks=[FitProgressBar("method")],
+        logger=False,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        devices=1,
+        max_epochs=5,
+    )
+    trainer.fit(_Validated(), loader, loader)
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert "Validation" not in out and "method epoch 5/5" in out
+    assert "val/loss" in out  # the validation metric is on the fit's bar

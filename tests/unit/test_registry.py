@@ -9,6 +9,8 @@ from models.base import MethodConfig
 from models.registry import METHODS, UnknownMethodError, get
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.sync  # the registry is what a new method must be entered in
+
 CONTRACT = ("prepare", "train", "load_model", "evaluate", "claim")
 
 
