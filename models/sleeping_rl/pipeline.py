@@ -31,7 +31,8 @@ Deliberate deviations (and why):
 Claim check: on each main/second setting, criteria (i) |last-10% reward - V*| <= 0.3 (the mean's
 t-interval mapped through |.|), (ii) UCBVI's last-10% reward - V*_agnostic <= 0.3 and (iii) the per-seed
 gap (SleepingUCBVI - UCBVI) / (V* - V*_agnostic) >= 0.5, each with a 95 % t-interval over the
-paired seeds (``<variant>/last10_reward_<setting>_seed<k>``); the claim holds when all six hold.
+paired seeds (units ``seed<k>`` of ``last10_reward_<setting>``); the claim holds when all six hold. Negative
+control: UCBVI's runs scored as SleepingUCBVI by criterion (i) on the main setting (it must fail).
 """
 
 from __future__ import annotations
@@ -45,17 +46,21 @@ import numpy as np
 
 from models.base import (
     ClaimResult,
+    Control,
     Criterion,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
     write_manifest,
 )
 from models.common import verdicts as V
+from models.common.evidence import record_fit
 from models.common.runtime import show_progress
+from models.common.units import UnitValues
 
 from .algorithm import AGENTS, VARIANTS, GreedyPolicy, RunBatch, train_agent
 from .config import Config, Setting
@@ -72,6 +77,13 @@ from .plots import plot_regret, plot_rewards
 
 LAST_FRACTION = 0.1  # the claim's "last 10 % of episodes"
 TOLERANCE = 0.3  # the brief's 0.3 in criteria (i), (ii) and (iv)
+# The fit record of a fixed K-episode run (for the "still improving" diagnostic): its learning curve read as
+# FIT_BLOCKS block means, the best block the last one that beat every earlier block by more than FIT_MIN_DELTA
+# (a third of the claim's tolerance, so block-to-block noise on a plateau does not count as improving).
+FIT_BLOCKS, FIT_MIN_DELTA = 10, 0.1
+# The random draws a unit varies: each seed is one run's own stream of availability and transition draws, shared
+# by both algorithms (common random numbers).
+COVERS = ("run seed (availability and transition draws)",)
 # Exact DP values (H = 10) from the brief's table: (V*, V*_agnostic) per (grid, safe probability).
 BRIEF_TABLE = {
     (2, 0.25): (7.72, 6.23), (2, 0.5): (8.67, 8.00), (2, 1.0): (9.00, 9.00),
@@ -202,6 +214,9 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         n_states=batch.n_states,
         main_setting=np.array(_main_setting(settings)),
     )
+    for v in VARIANTS:
+        for i, (s, seed) in enumerate(runs):
+            record_curve(v, unit_label(s["name"], seed), saved[f"rewards_{v}"][i])
     history = {v: _learning_curve(saved[f"rewards_{v}"], runs, cfg.episodes) for v in VARIANTS}
     for v in VARIANTS:
         for s in settings:
@@ -209,6 +224,22 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
                 np.mean([saved[f"rewards_{v}"][i].mean() for i, (r, _) in enumerate(runs) if r["name"] == s["name"]])
             )
     return TrainedArtifacts(out_dir, history=history, summary=summary)
+
+
+def unit_label(setting: str, seed: int) -> str:
+    """A run's unit (``g2_p025_seed3``): both algorithms play it on the same random stream."""
+    return f"{setting}_seed{seed}"
+
+
+def record_curve(arm: str, unit: str, rewards: np.ndarray) -> None:
+    """Record a fixed-schedule run for the diagnostics: its best block is the last that improved on every earlier
+    block by more than ``FIT_MIN_DELTA``; one in the final block means it was still learning when K ran out."""
+    blocks = np.array_split(np.asarray(rewards, dtype=float), min(FIT_BLOCKS, len(rewards)))
+    best, best_value = 0, -np.inf
+    for b, block in enumerate(blocks):
+        if block.mean() > best_value + FIT_MIN_DELTA:
+            best, best_value = b, float(block.mean())
+    record_fit(arm, unit, best, len(blocks), False, None)
 
 
 def _learning_curve(rewards: np.ndarray, runs: list, episodes: int, points: int = 100) -> list[dict[str, float]]:
@@ -256,7 +287,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     names = [str(n) for n in runs["run_setting"]]
     K = runs["rewards_method"].shape[1]
     last = max(1, int(round(LAST_FRACTION * K)))
-    values: dict[str, float] = {}
+    metrics = Metrics({}, [])
+    values = metrics.values
     for s in settings:
         name, rows = s["name"], [i for i, n in enumerate(names) if n == s["name"]]
         mdp = load_mdp(data, name)
@@ -265,8 +297,9 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         for variant in VARIANTS:
             rewards = runs[f"rewards_{variant}"][rows]
             final = rewards[:, -last:].mean(axis=1)
-            for i, value in zip(rows, final):
-                values[f"{variant}/last10_reward_{name}_seed{int(runs['run_seed'][i])}"] = float(value)
+            metrics.add_units(
+                f"last10_reward_{name}", variant, final, [f"seed{int(runs['run_seed'][i])}" for i in rows]
+            )
             values[f"{variant}/last10_reward_{name}"] = float(final.mean())
             values[f"{variant}/regret_{name}"] = float((K * s["v_star"] - rewards.sum(axis=1)).mean())
             values[f"{variant}/policy_value_{name}"] = float(
@@ -276,8 +309,11 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     main = _main_setting(settings)
     for variant in VARIANTS:
         values[f"{variant}/last10_reward_main"] = values[f"{variant}/last10_reward_{main}"]
-    figures = [plot_rewards(cfg, settings, runs, out_dir / "plots"), plot_regret(settings, runs, out_dir / "plots")]
-    return Metrics(values, figures)
+    metrics.figures = [
+        plot_rewards(cfg, settings, runs, out_dir / "plots"),
+        plot_regret(settings, runs, out_dir / "plots"),
+    ]
+    return metrics
 
 
 def _policy_value(mdp: SleepingMDP, q_padded: np.ndarray, variant: str) -> float:
@@ -291,7 +327,7 @@ def _policy_value(mdp: SleepingMDP, q_padded: np.ndarray, variant: str) -> float
 # ----------------------------------------------------------------------------- claim
 
 
-def _abs_mean_criterion(name: str, statement: str, deviations: np.ndarray, threshold: float) -> Criterion:
+def _abs_mean_criterion(name: str, statement: str, deviations: UnitValues, threshold: float) -> Criterion:
     """|mean deviation| <= threshold, with the t-interval of the mean mapped through |.|: the interval
     of |mu| is [0, max] when the mean's interval contains 0, else [min, max] of its ends' magnitudes."""
     mean, low, high = V.t_interval(deviations)
@@ -309,6 +345,9 @@ def _abs_mean_criterion(name: str, statement: str, deviations: np.ndarray, thres
         len(deviations),
         "t",
         reason=reason,
+        labels=deviations.labels,
+        unit_values=tuple(deviations.values),
+        covers=COVERS,
     )
 
 
@@ -317,9 +356,10 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     each seed's random stream); DP-table and control checks as sanity."""
     settings, horizon, _ = resolve_settings(cfg)
     v = metrics.values
-    seeds = run_seeds(cfg)
     figures: dict[str, float] = {}
     criteria: list[Criterion] = []
+    controls: list[Control] = []
+    separations: list[Separation] = []
     for s in (s for s in settings if s.role in ("main", "second")):
         n = s.name
         v_star, v_agn = v[f"reference/v_star_{n}"], v[f"reference/v_agnostic_{n}"]
@@ -333,7 +373,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         figures[f"sleeping_error_{n}"] = abs(sleeping - v_star)  # (i) <= 0.3
         figures[f"ucbvi_excess_{n}"] = ucbvi - v_agn  # (ii) <= 0.3
         figures[f"gap_ratio_{n}"] = (sleeping - ucbvi) / (v_star - v_agn)  # (iii) >= 0.5
-        per_seed = {x: np.array([v[f"{x}/last10_reward_{n}_seed{seed}"] for seed in seeds]) for x in VARIANTS}
+        per_seed = metrics.paired(f"last10_reward_{n}", *VARIANTS)
         criteria += [
             _abs_mean_criterion(
                 f"sleeping_error_{n}",
@@ -348,6 +388,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
                 TOLERANCE,
                 "<=",
                 units="seeds",
+                covers=COVERS,
             ),
             V.difference_criterion(
                 f"gap_ratio_{n}",
@@ -358,8 +399,31 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
                 ">=",
                 units="paired seeds",
                 scale=1.0 / (v_star - v_agn),
+                covers=COVERS,
             ),
         ]
+        if s.role == "main":  # negative control: availability-agnostic UCBVI's runs scored as SleepingUCBVI
+            controls.append(
+                Control(
+                    f"sleeping_error_{n}",
+                    "the availability model removed: UCBVI's runs scored as SleepingUCBVI",
+                    _abs_mean_criterion(
+                        f"sleeping_error_{n}",
+                        f"{n}: |UCBVI last-10% reward - V*| (V* = {v_star:.3f})",
+                        per_seed["baseline"] - v_star,
+                        TOLERANCE,
+                    ),
+                )
+            )
+        separations.append(
+            Separation(
+                f"last-10% reward on {n}",
+                {x: v[f"{x}/last10_reward_{n}"] for x in VARIANTS},
+                floor=0.0,
+                ceiling=v_star,
+                margin=TOLERANCE,
+            )
+        )
 
     sanity: dict[str, bool] = {}
     for s in settings:
@@ -393,4 +457,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     )
     if not criteria:
         notes += "; no main/second setting configured, so the paper's claim was not measured"
-    return ClaimResult(statement, criteria, sanity=sanity, figures=figures, notes=notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

@@ -369,7 +369,8 @@ def _claim_metrics(cfg, last10):
     DP references, and policy values that satisfy the sanity bounds."""
     from models.sleeping_rl.pipeline import resolve_settings, run_seeds
 
-    values = {}
+    metrics = Metrics({})
+    values = metrics.values
     for s in resolve_settings(cfg)[0]:
         v_star, v_agn = BRIEF_TABLE[s.grid, s.safe_prob]
         values |= {
@@ -380,10 +381,9 @@ def _claim_metrics(cfg, last10):
         }
         for variant, default in (("method", v_star), ("baseline", v_agn)):
             rewards = last10.get((variant, s.name), [default] * cfg.n_seeds)
-            for seed, r in zip(run_seeds(cfg), rewards):
-                values[f"{variant}/last10_reward_{s.name}_seed{seed}"] = r
+            metrics.add_units(f"last10_reward_{s.name}", variant, rewards, [f"seed{seed}" for seed in run_seeds(cfg)])
             values[f"{variant}/last10_reward_{s.name}"] = float(np.mean(rewards))
-    return Metrics(values)
+    return metrics
 
 
 def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
@@ -401,6 +401,14 @@ def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
     gap = result.criterion("gap_ratio_g2_p025")
     assert gap.estimate == pytest.approx((7.72 - 6.23) / (7.72 - 6.23)) and gap.n_units == 3
     assert result.criterion("sleeping_error_g2_p025").low == 0.0  # the mean's interval contains V*
+    # The negative control (UCBVI scored as SleepingUCBVI against V*) fails while UCBVI plateaus at V*_agnostic ...
+    (control,) = result.controls
+    assert control.of == "sleeping_error_g2_p025" and control.criterion.state == "fails"
+    assert control.criterion.labels == ("seed0", "seed1", "seed2")
+    # ... and passes when UCBVI too reaches V* (availability would then not matter): the claim cannot hold.
+    blind = main | {("baseline", "g2_p025"): [7.70, 7.72, 7.74]}
+    result_blind = claim(cfg, _claim_metrics(cfg, blind))
+    assert result_blind.controls[0].passes and result_blind.verdict != "holds"
     # SleepingUCBVI stuck at V*_agnostic on every seed: (i) and (iii) fail on the main setting.
     stuck = main | {("method", "g2_p025"): [6.22, 6.24, 6.23]}
     result = claim(cfg, _claim_metrics(cfg, stuck))
