@@ -13,7 +13,7 @@ export PAPERLINE_ROOT := $(abspath .)
 # process would compile torch, Prefect and MLflow from source on import (~16 s instead of ~8 s).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install browser run test test-method fix repro up down serve list clean-outputs
+.PHONY: install browser run test test-method test-numerics fix repro up down serve list clean-outputs
 
 # One pinned install: requirements/base.txt (direct needs, torch==2.13.0 CPU) constrained by
 # requirements/constraints.txt (the full resolved set, regenerated with `pip freeze`).
@@ -56,6 +56,12 @@ test: install browser
 	$(BIN)/ruff format --check --quiet . || { echo 'run `.venv/bin/ruff format .` to format'; exit 1; }
 	$(BIN)/ruff check --quiet .
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(MAKE) --no-print-directory test-numerics
+
+## The tests that compare numerics (marker numerics) again, with torch/oneDNN/MKL limited to an instruction set
+## below this host's (tests/isa_below.py): an assertion that holds only on this host's kernels fails here.
+test-numerics: install
+	env $$($(BIN)/python tests/isa_below.py) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup -m numerics -q
 
 ## One method's tests: its own files, its cases of the parametrised tests (contract, layout, configs, DVC)
 ## and the sync checks (registry, params.yaml/dvc.yaml, README tables). `make test-method M=bnn_linf`
