@@ -20,6 +20,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from models.common import evidence
+
+Record = tuple[str, str] | None  # (arm, unit) under which a nuisance fit is recorded for the diagnostics
+
 # ----------------------------------------------------------------------------- q(y | a)
 
 
@@ -120,12 +124,15 @@ class MixtureDensityNet(nn.Module):
         return torch.logsumexp(log_w - log_sd - 0.5 * z**2, dim=-1) - 0.5 * np.log(2 * np.pi)
 
 
-def _fit_full_batch(model: nn.Module, loss_fn, steps: int, seed: int, val_loss_fn=None, every: int = 5) -> nn.Module:
+def _fit_full_batch(
+    model: nn.Module, loss_fn, steps: int, seed: int, val_loss_fn=None, every: int = 5, record: Record = None
+) -> nn.Module:
     """Full-batch Adam on a nuisance density; keeps the state with the best held-out loss, checked
-    every ``every`` steps (and at the last)."""
+    every ``every`` steps (and at the last). A fixed schedule: with ``record = (arm, unit)`` the fit
+    (best check, checks run) goes to the verdict diagnostics."""
     torch.manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    best, best_state = float("inf"), None
+    best, best_state, best_check, checks = float("inf"), None, -1, 0
     for step in range(steps):
         opt.zero_grad()
         loss = loss_fn()
@@ -136,8 +143,11 @@ def _fit_full_batch(model: nn.Module, loss_fn, steps: int, seed: int, val_loss_f
         with torch.no_grad():
             held_out = float((val_loss_fn or loss_fn)())
         if held_out < best or best_state is None:
-            best, best_state = held_out, {k: v.clone() for k, v in model.state_dict().items()}
+            best, best_state, best_check = held_out, {k: v.clone() for k, v in model.state_dict().items()}, checks
+        checks += 1
     model.load_state_dict(best_state)
+    if record:
+        evidence.record_fit(*record, best_check, checks, stopped_early=False, patience=None)
     return model
 
 
@@ -148,7 +158,7 @@ def _held_out_split(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_mdn(
-    y: np.ndarray, a: np.ndarray, steps: int, seed: int
+    y: np.ndarray, a: np.ndarray, steps: int, seed: int, record: Record = None
 ) -> Callable[[np.ndarray, np.ndarray], MixturePairLogLik]:
     """Fit an MDN on 80% (early stopping on 20%, as the repo's MAF) and return a pair-loglik factory."""
     mean_a, scale_a = _standardise(a)
@@ -164,6 +174,7 @@ def fit_mdn(
         steps,
         seed,
         lambda: -net.log_prob(yt[held_rows], at[held_rows]).mean(),
+        record=record,
     )
 
     def pair_loglik(y_new: np.ndarray, a_new: np.ndarray) -> MixturePairLogLik:
@@ -176,14 +187,16 @@ def fit_mdn(
     return pair_loglik
 
 
-def fit_classifier_density(y: np.ndarray, a: np.ndarray, steps: int, seed: int, n_classes: int = 2):
+def fit_classifier_density(
+    y: np.ndarray, a: np.ndarray, steps: int, seed: int, n_classes: int = 2, record: Record = None
+):
     """P(Y = c | A) by a one-hidden-layer (64) softmax MLP, as the repo's Class_density_estimation."""
     mean_a, scale_a = _standardise(a)
     torch.manual_seed(seed)
     net = nn.Sequential(nn.Linear(a.shape[1], 64), nn.ReLU(), nn.Linear(64, n_classes))
     at = torch.from_numpy((a - mean_a) / scale_a).float()
     yt = torch.from_numpy(y.astype(np.int64))
-    _fit_full_batch(net, lambda: nn.functional.cross_entropy(net(at), yt), steps, seed)
+    _fit_full_batch(net, lambda: nn.functional.cross_entropy(net(at), yt), steps, seed, record=record)
 
     def pair_loglik(y_new: np.ndarray, a_new: np.ndarray) -> CategoricalPairLogLik:
         with torch.no_grad():
@@ -306,7 +319,7 @@ class MixtureConditional:
     y_scale: float
 
     @classmethod
-    def fit(cls, a: np.ndarray, y: np.ndarray, steps: int, seed: int) -> MixtureConditional:
+    def fit(cls, a: np.ndarray, y: np.ndarray, steps: int, seed: int, record: Record = None) -> MixtureConditional:
         """Full-batch Adam on 80% of the rows, keeping the state with the best log-likelihood on the other 20%."""
         a_mean, a_scale = _standardise(a)
         y_mean, y_scale = float(y.mean()), float(y.std() or 1.0)
@@ -316,7 +329,7 @@ class MixtureConditional:
         yt = torch.from_numpy((y - y_mean) / y_scale).float()
         fit_rows, held_rows = (torch.from_numpy(r) for r in _held_out_split(len(y), seed))
         _fit_full_batch(net, lambda: -net.log_prob(at[fit_rows], yt[fit_rows]).mean(), steps, seed,
-                        lambda: -net.log_prob(at[held_rows], yt[held_rows]).mean())  # fmt: skip
+                        lambda: -net.log_prob(at[held_rows], yt[held_rows]).mean(), record=record)  # fmt: skip
         return cls(net, a_mean, a_scale, y_mean, y_scale)
 
     def sample(self, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:

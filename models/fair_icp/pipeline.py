@@ -74,7 +74,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    Control,
+    DatasetRef,
+    Metrics,
+    Separation,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
 from models.common import verdicts as V
 from models.common.lightning import fit
 from models.common.selection import learns_task
@@ -195,21 +204,22 @@ class Scaler:
         return (v - self.mean) / self.scale
 
 
-def fit_density(cfg: Config, y: np.ndarray, a: np.ndarray, seed: int):
-    """A factory (y, a) -> pair log-likelihood log q(y_i | a_j) of q(y|a) fitted on (y, a)."""
+def fit_density(cfg: Config, y: np.ndarray, a: np.ndarray, seed: int, record: alg.Record = None):
+    """A factory (y, a) -> pair log-likelihood log q(y_i | a_j) of q(y|a) fitted on (y, a); an iterative fit
+    is recorded for the diagnostics under ``record = (arm, unit)``."""
     if not cfg.regression:
-        return alg.fit_classifier_density(y, a, cfg.density_steps, seed)
+        return alg.fit_classifier_density(y, a, cfg.density_steps, seed, record=record)
     if cfg.resolved_density == "mdn":
-        return alg.fit_mdn(y, a, cfg.density_steps, seed)
+        return alg.fit_mdn(y, a, cfg.density_steps, seed, record=record)
     return alg.LinearGaussianDensity.fit(y, a).pair_loglik
 
 
-def crt_draws(cfg: Config, a: np.ndarray, y: np.ndarray, copies: int, seed: int, rng: np.random.Generator):
+def crt_draws(cfg: Config, a: np.ndarray, y: np.ndarray, copies: int, seed: int, rng: np.random.Generator, record=None):
     """``copies`` draws of A_tilde ~ p(a | y) for the CRT baseline, fitted on (a, y)."""
     if not cfg.regression:
         return [alg.class_conditional_resample(a, y, rng) for _ in range(copies)]
     if cfg.resolved_density == "mdn":
-        sampler = alg.MixtureConditional.fit(a, y, cfg.density_steps, seed)
+        sampler = alg.MixtureConditional.fit(a, y, cfg.density_steps, seed, record=record)
     else:
         sampler = alg.GaussianConditional.fit(a, y)
     return [sampler.sample(y, rng) for _ in range(copies)]
@@ -242,7 +252,8 @@ def training_copies(cfg: Config, data: DatasetRef, table: FairTable, train_rows:
         train = table.rows(rows)
         a_std = scalers[split]["a"](train.A)
         rng = np.random.default_rng([cfg.seed, split, 1])
-        loglik = fit_density(cfg, train.Y, train.A, cfg.seed + split)(train.Y, train.A)
+        unit = f"split{split}"
+        loglik = fit_density(cfg, train.Y, train.A, cfg.seed + split, ("density_q_y_given_a", unit))(train.Y, train.A)
         icp = alg.icp_copies(loglik, len(rows), cfg.max_epochs, cfg.mcmc_sweeps, rng)
         rows_checked.append(icp)
         copies[("icp", split)] = a_std[icp]
@@ -250,7 +261,7 @@ def training_copies(cfg: Config, data: DatasetRef, table: FairTable, train_rows:
             oracle = alg.icp_copies(oracle_loglik(data, train), len(rows), cfg.max_epochs, cfg.mcmc_sweeps, rng)
             rows_checked.append(oracle)
             copies[("oracle", split)] = a_std[oracle]
-        draws = crt_draws(cfg, train.A, train.Y, cfg.max_epochs, cfg.seed + split, rng)
+        draws = crt_draws(cfg, train.A, train.Y, cfg.max_epochs, cfg.seed + split, rng, ("density_a_given_y", unit))
         copies[("crt", split)] = np.stack([Scaler.fit(t)(t) for t in draws])
     return copies, all(is_row_permutation(r) for r in rows_checked)
 
@@ -305,6 +316,7 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
 
     selected = select_learning_rates(members, module.best_score.numpy())
     best_epoch = module.best_epoch.numpy()
+    record_evidence(cfg, members, selected, module)
     torch.save(module.best_predictors.state_dict(), out_dir / "predictors.pt")
     np.savez(out_dir / "scalers.npz", **{f"{key}_{part}": np.stack([getattr(s[key], part) for s in scalers])
                                          for key in ("x", "a", "y") for part in ("mean", "scale")})  # fmt: skip
@@ -323,6 +335,28 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         summary.update({f"{arm}/lr": m.lr, f"{arm}/best_epoch": float(best_epoch[i]),
                         f"{arm}/val_score": float(module.best_score[i])})  # fmt: skip
     return TrainedArtifacts(out_dir, history, summary)
+
+
+def record_evidence(cfg: Config, members: list[Member], selected: list[int], module: FairICPModule) -> None:
+    """Hand every (variant, mu, split)'s learning-rate search and its selected member's fit to the verdict
+    diagnostics (arm ``<variant>_mu<mu>``, unit ``split<k>``): the members stop on their own patience."""
+    from models.common import evidence
+    from models.common.selection import Selection
+
+    best_score, best_epoch = module.best_score.numpy(), module.best_epoch.numpy()
+    waited, runs = module.waited.numpy(), module.validations
+    for i in selected:
+        m = members[i]
+        arm, unit = f"{m.variant}_{mu_tag(m.mu)}", f"split{m.split}"
+        grid = [j for j, other in enumerate(members) if other.arm == m.arm]
+        table = [{"lr": members[j].lr, "val_score": float(best_score[j])} for j in grid]
+        eligible = any(np.isfinite(best_score[j]) for j in grid)
+        evidence.record_selection(
+            Selection(arm, {"lr": m.lr}, float(best_score[i]), "score", False, table, unit, eligible).record()
+        )
+        stopped = bool(waited[i] >= cfg.patience)
+        trained = int(best_epoch[i]) + cfg.patience + 1 if stopped else runs
+        evidence.record_fit(arm, unit, int(best_epoch[i]), trained, stopped, cfg.patience)
 
 
 def select_learning_rates(members: list[Member], best_score: np.ndarray) -> list[int]:
@@ -447,16 +481,18 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         for split in range(len(test_rows))
         for m in [members[i] for i in layout["selected"] if members[i].split == split]
     ]
-    values = per_member_values(order, {k: np.array(v) for k, v in per_member.items() if v}, cfg.regression)
-    values.update(aggregate(cfg, values))
+    metrics = Metrics({}, [])
+    per_member_values(metrics, order, {k: np.array(v) for k, v in per_member.items() if v}, cfg.regression)
+    aggregate(cfg, metrics)
+    values = metrics.values
     values["data/trivial_loss"] = trivial_loss(table, test_rows, cfg.regression)
     values["method/copies_are_permutations"] = float(
         all_copies_ok and artifacts.summary.get("icp_copies_are_permutations") == 1.0
     )
     pv = np.array(per_member["pvalue"])
     values["method/p_value_range_ok"] = float(((pv >= 1 / (cfg.test_copies + 1)) & (pv <= 1)).all())
-    figures = make_figures(cfg, values, selected, artifacts.history, first_copy, out_dir / "plots")
-    return Metrics(values, figures)
+    metrics.figures = make_figures(cfg, metrics, selected, artifacts.history, first_copy, out_dir / "plots")
+    return metrics
 
 
 def trivial_loss(table: FairTable, test_rows: np.ndarray, regression: bool) -> float:
@@ -465,30 +501,34 @@ def trivial_loss(table: FairTable, test_rows: np.ndarray, regression: bool) -> f
     return float(np.mean([y.var() if regression else min(y.mean(), 1 - y.mean()) for y in ys]))
 
 
-def per_member_values(members: list[Member], per_member: dict[str, np.ndarray], regression: bool) -> dict[str, float]:
-    """Every selected member's own numbers as ``<variant>/split<k>/<stat>_mu<mu>`` (the claim's paired units)."""
-    values = {}
+def per_member_values(
+    metrics: Metrics, members: list[Member], per_member: dict[str, np.ndarray], regression: bool
+) -> None:
+    """Every selected member's own numbers as the units (``split<k>``, the claim's paired units) of metric
+    ``<stat>_mu<mu>`` and arm ``<variant>``."""
+    groups: dict[tuple[str, float], list[int]] = {}
     for i, m in enumerate(members):
+        groups.setdefault((m.variant, m.mu), []).append(i)
+    for (variant, mu), index in groups.items():
+        labels = [f"split{members[i].split}" for i in index]
         for stat, arr in per_member.items():
             name = loss_name(regression) if stat == "loss" else stat
-            values[f"{m.variant}/split{m.split}/{name}_{mu_tag(m.mu)}"] = float(arr[i])
-    return values
+            metrics.add_units(f"{name}_{mu_tag(mu)}", variant, arr[index], labels)
 
 
-def per_split(cfg: Config, v: dict[str, float], variant: str, stat: str, mu: float) -> np.ndarray:
-    """One number per split; mu = 0 is the shared unconstrained predictor ("erm")."""
-    variant = "erm" if mu == 0 else variant
-    return np.array([v[f"{variant}/split{s}/{stat}_{mu_tag(mu)}"] for s in range(cfg.data.splits)])
+def per_split(cfg: Config, metrics: Metrics, variant: str, stat: str, mu: float):
+    """One number per split (a ``UnitValues``); mu = 0 is the shared unconstrained predictor ("erm")."""
+    return metrics.unit(f"{stat}_{mu_tag(mu)}", "erm" if mu == 0 else variant)
 
 
 def arms(cfg: Config) -> list[str]:
     return ["method", "baseline"] + (["oracle"] if cfg.simulation and cfg.oracle else [])
 
 
-def aggregate(cfg: Config, v: dict[str, float]) -> dict[str, float]:
+def aggregate(cfg: Config, metrics: Metrics) -> None:
     """Per (arm, mu): mean loss/KPC/pdcor/DEO and the median and rejection rate of the p-value over
-    splits (mu = 0 filed under every arm, so each curve starts from it); per split, the frontier gap."""
-    out: dict[str, float] = {}
+    splits (mu = 0 filed under every arm, so each curve starts from it); per split, the frontier gap (units)."""
+    out, v = metrics.values, metrics
     loss = loss_name(cfg.regression)
     stats = [loss, "kpc", "pdcor"] + ([] if cfg.regression else ["deo"])
     for variant in ["erm", *arms(cfg)]:
@@ -496,29 +536,32 @@ def aggregate(cfg: Config, v: dict[str, float]) -> dict[str, float]:
             tag = mu_tag(mu)
             for stat in stats:
                 out[f"{variant}/{stat}_{tag}"] = float(per_split(cfg, v, variant, stat, mu).mean())
-            p = per_split(cfg, v, variant, "pvalue", mu)
+            p = np.asarray(per_split(cfg, v, variant, "pvalue", mu))
             out[f"{variant}/pvalue_median_{tag}"] = float(np.median(p))
             out[f"{variant}/pvalue_reject_rate_{tag}"] = float(np.mean(p < 0.05))
     claim = cfg.resolved_claim_mu
     out["method/kpc_claim_mu"] = out[f"method/kpc_{mu_tag(claim)}"]
     for variant in [a for a in arms(cfg) if a != "baseline"]:
-        gaps = []
-        for s in range(cfg.data.splits):
-            curve = {a: np.array([[v[f"{'erm' if mu == 0 else a}/split{s}/{st}_{mu_tag(mu)}"] for mu in cfg.mus]
-                                  for st in (loss, "kpc")]) for a in (variant, "baseline")}  # fmt: skip
-            gap, low, high = alg.frontier_gap(*curve[variant], *curve["baseline"])
-            out[f"{variant}/split{s}/frontier_kpc_gap_vs_crt"] = gap
-            out[f"{variant}/split{s}/frontier_loss_range"] = high - low
+        # [arm][stat] -> (mus, splits); every arm's units are the same splits
+        curves = {a: np.array([[np.asarray(per_split(cfg, v, a, st, mu)) for mu in cfg.mus] for st in (loss, "kpc")])
+                  for a in (variant, "baseline")}  # fmt: skip
+        labels = per_split(cfg, v, variant, "kpc", cfg.mus[-1]).labels
+        gaps, ranges = [], []
+        for s in range(len(labels)):
+            gap, low, high = alg.frontier_gap(*curves[variant][:, :, s], *curves["baseline"][:, :, s])
             gaps.append(gap)
+            ranges.append(high - low)
+        metrics.add_units("frontier_kpc_gap_vs_crt", variant, gaps, labels)
+        metrics.add_units("frontier_loss_range", variant, ranges, labels)
         out[f"{variant}/frontier_kpc_gap_vs_crt"] = float(np.mean(gaps))
-    return out
 
 
 def make_figures(cfg, values, selected, history, first_copy, plots_dir: Path) -> list[Path]:
     loss = loss_name(cfg.regression)
-    points = {a: np.stack([np.stack([per_split(cfg, values, a, st, mu) for st in (loss, "kpc")], axis=-1)
+    points = {a: np.stack([np.stack([np.asarray(per_split(cfg, values, a, st, mu)) for st in (loss, "kpc")], axis=-1)
                            for mu in cfg.mus], axis=1) for a in arms(cfg)}  # fmt: skip
-    pvalues = {a: np.stack([per_split(cfg, values, a, "pvalue", mu) for mu in cfg.mus], axis=1) for a in arms(cfg)}
+    pvalues = {a: np.stack([np.asarray(per_split(cfg, values, a, "pvalue", mu)) for mu in cfg.mus], axis=1)
+               for a in arms(cfg)}  # fmt: skip
     groups = sorted({f"{m.variant}_{mu_tag(m.mu)}" for m in selected if m.mu in (0.0, cfg.resolved_claim_mu)})
     figures = [plots.plot_frontier(points, loss, plots_dir / "frontier.png"),
                plots.plot_pvalues(list(cfg.mus), pvalues, plots_dir / "eo_pvalues.png"),
@@ -553,22 +596,36 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         )
         sanity[f"{variant}_{mu_tag(at)}_learns_task"] = ok  # test loss <= 0.9 x the trivial loss
     paper = PAPER.get(source, "")
-
-    def median(p: np.ndarray) -> float:
-        return float(np.median(p))
-
-    gaps = np.array([v[f"method/split{s}/frontier_kpc_gap_vs_crt"] for s in range(cfg.data.splits)])
+    covers = ("data split (train/val/test partition)",
+              "training seed (initial weights, batch order, training A-tilde copies)",
+              "test-copy draw (the EO test's ICP copies)")  # fmt: skip
     criteria = [
-        V.bootstrap_criterion("erm_eo_pvalue_median", "median EO-test p-value (KPC-1NN) of the mu=0 predictor",
-                              median, [per_split(cfg, v, "erm", "pvalue", 0.0)], 0.05, "<", units=SPLITS),
-        V.bootstrap_criterion("fairicp_eo_pvalue_median", f"median EO-test p-value (KPC-1NN) of FairICP at mu={mu:g}",
-                              median, [per_split(cfg, v, "method", "pvalue", mu)], 0.05, ">=", units=SPLITS,
-                              paper=paper),
+        V.median_criterion("erm_eo_pvalue_median", "median EO-test p-value (KPC-1NN) of the mu=0 predictor",
+                           per_split(cfg, metrics, "erm", "pvalue", 0.0), 0.05, "<", units=SPLITS, support=(0.0, 1.0),
+                           covers=covers),
+        V.median_criterion("fairicp_eo_pvalue_median", f"median EO-test p-value (KPC-1NN) of FairICP at mu={mu:g}",
+                           per_split(cfg, metrics, "method", "pvalue", mu), 0.05, ">=", units=SPLITS, paper=paper,
+                           support=(0.0, 1.0), covers=covers),
         V.mean_criterion("frontier_kpc_gap_vs_crt",
                          f"KPC frontier of FairICP minus that of the CRT baseline, averaged over the {loss} range both "
-                         "reach (per split)", gaps, 0.0, "<", units=SPLITS),
+                         "reach (per split)", metrics.unit("frontier_kpc_gap_vs_crt", "method"), 0.0, "<",
+                         units=SPLITS, covers=covers),
+    ]  # fmt: skip
+    # The negative control: the mechanism removed. The unconstrained predictor (mu = 0: no adversary, no
+    # A-tilde) scored by FairICP's acceptance rule must not be accepted by the EO test.
+    controls = [
+        Control("fairicp_eo_pvalue_median", "no adversary (the mu = 0 predictor scored as FairICP)",
+                V.median_criterion("fairicp_eo_pvalue_median", "median EO-test p-value of the mu=0 predictor",
+                                   per_split(cfg, metrics, "erm", "pvalue", 0.0), 0.05, ">=", units=SPLITS,
+                                   support=(0.0, 1.0), covers=covers)),
     ]  # fmt: skip
     at = mu_tag(mu)
+    compared = {"erm": v[f"erm/{loss}_mu0"], **{a: v[f"{a}/{loss}_{at}"] for a in ("method", "baseline")}}
+    separations = [
+        Separation(f"test {loss}", compared, floor=trivial, ceiling=0.0),
+        Separation("test KPC(Y_hat, A | Y)", {"erm": v["erm/kpc_mu0"], "method": v[f"method/kpc_{at}"],
+                                               "baseline": v[f"baseline/kpc_{at}"]}, ceiling=0.0),
+    ]  # fmt: skip
     figures = {
         "erm_kpc": v["erm/kpc_mu0"], "method_kpc": v[f"method/kpc_{at}"], "baseline_kpc": v[f"baseline/kpc_{at}"],
         f"erm_{loss}": v[f"erm/{loss}_mu0"], f"method_{loss}": v[f"method/{loss}_{at}"],
@@ -581,4 +638,5 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         figures.update({"erm_deo": v["erm/deo_mu0"], "method_deo": v[f"method/deo_{at}"]})
     if "oracle/frontier_kpc_gap_vs_crt" in v:
         figures["oracle_frontier_kpc_gap_vs_crt"] = v["oracle/frontier_kpc_gap_vs_crt"]
-    return ClaimResult(statement, criteria, sanity, figures, notes="; ".join(c.describe() for c in criteria))
+    notes = "; ".join(c.describe() for c in criteria)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

@@ -122,6 +122,7 @@ class FairICPModule(L.LightningModule):
         self.member_split, self.graphs = np.asarray(member_split), graphs
         self.regression, self.lr_dis, self.patience = regression, lr_dis, patience
         self._sums: dict[str, tuple[torch.Tensor, int]] = {}
+        self.validations = 0  # validation epochs run (the members' evaluations)
 
     def prediction_loss(self, y_hat: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Per-member MSE (standardised Y) or cross-entropy: [M]."""
@@ -175,6 +176,7 @@ class FairICPModule(L.LightningModule):
         kpc = torch.from_numpy(self.graphs.kpc(scores.double().cpu().numpy(), self.member_split))
         mu = self.mu.double().cpu()
         score = (1 - mu) * loss + mu * kpc
+        self.validations += 1
         self._select(score.to(self.best_score.device))
         logged = {f"member{m}|val/pred_loss": float(loss[m]) for m in range(len(loss))}
         logged.update({f"member{m}|val/kpc": float(kpc[m]) for m in range(len(kpc))})

@@ -481,15 +481,17 @@ def _hand_metrics(cfg, loss, kpc, pvalue):
     maps variant -> {mu: [per split]} (mu = 0 under "erm")."""
     from models.fair_icp import pipeline
 
-    values = {}
+    metrics = Metrics({})
     for stat, table in (("mse", loss), ("kpc", kpc), ("pvalue", pvalue), ("pdcor", kpc)):
         for variant, by_mu in table.items():
             for mu, per_split in by_mu.items():
-                for s, value in enumerate(per_split):
-                    values[f"{variant}/split{s}/{stat}_{pipeline.mu_tag(mu)}"] = value
-    values.update(pipeline.aggregate(cfg, values))
-    values.update({"data/trivial_loss": 1.0, "method/copies_are_permutations": 1.0, "method/p_value_range_ok": 1.0})
-    return Metrics(values)
+                labels = [f"split{s}" for s in range(len(per_split))]
+                metrics.add_units(f"{stat}_{pipeline.mu_tag(mu)}", variant, per_split, labels)
+    pipeline.aggregate(cfg, metrics)
+    metrics.values.update(
+        {"data/trivial_loss": 1.0, "method/copies_are_permutations": 1.0, "method/p_value_range_ok": 1.0}
+    )
+    return metrics
 
 
 def _arms(cfg, erm, method, baseline):
@@ -502,23 +504,37 @@ def test_claim_holds_fails_or_straddles_on_hand_built_metrics():
     from models.fair_icp.pipeline import claim
 
     cfg = SPEC.make_config("default")
-    loss = _arms(cfg, [0.40, 0.42, 0.38], lambda mu: [0.4 + 0.2 * mu] * 3, lambda mu: [0.4 + 0.2 * mu] * 3)
-    pvalue = _arms(cfg, [0.01, 0.02, 0.01], lambda mu: [0.3, 0.5, 0.4], lambda mu: [0.01] * 3)
+    six = 6  # the fewest units whose order-statistic interval of a median has 95 % coverage: [min, max]
+    loss = _arms(cfg, [0.40, 0.42, 0.38] * 2, lambda mu: [0.4 + 0.2 * mu] * six, lambda mu: [0.4 + 0.2 * mu] * six)
+    pvalue = _arms(cfg, [0.01, 0.02, 0.01] * 2, lambda mu: [0.3, 0.5, 0.4] * 2, lambda mu: [0.01] * six)
     # FairICP's KPC falls faster with mu than CRT's at the same losses, on every split: holds.
-    kpc = _arms(cfg, [0.3, 0.3, 0.3], lambda mu: [0.3 - 0.3 * mu] * 3, lambda mu: [0.3 - 0.1 * mu] * 3)
+    kpc = _arms(cfg, [0.3] * six, lambda mu: [0.3 - 0.3 * mu] * six, lambda mu: [0.3 - 0.1 * mu] * six)
     result = claim(cfg, _hand_metrics(cfg, loss, kpc, pvalue))
     assert result.verdict == "holds", [c.describe() for c in result.criteria]
-    assert result.criterion("fairicp_eo_pvalue_median").estimate == pytest.approx(0.4)
+    median = result.criterion("fairicp_eo_pvalue_median")
+    assert median.estimate == pytest.approx(0.4) and (median.low, median.high) == (0.3, 0.5)
+    assert median.interval == "order-statistic"
     assert result.criterion("frontier_kpc_gap_vs_crt").high < 0 and all(result.sanity.values())
+    # the control (the mu = 0 predictor scored as FairICP) is rejected by the EO test: it fails
+    assert [c.criterion.state for c in result.controls] == ["fails"]
+    # three splits are too few for a 95 % interval of a median: the whole support [0, 1], so inconclusive
+    three = {k: {mu: x[:3] for mu, x in by_mu.items()} for k, by_mu in pvalue.items()}
+    short = {t: {k: {mu: x[:3] for mu, x in by_mu.items()} for k, by_mu in table.items()} for t, table in
+             (("loss", loss), ("kpc", kpc))}  # fmt: skip
+    result = claim(cfg, _hand_metrics(cfg, short["loss"], short["kpc"], three))
+    assert (result.criterion("erm_eo_pvalue_median").low, result.criterion("erm_eo_pvalue_median").high) == (0, 1)
+    assert result.criterion("fairicp_eo_pvalue_median").state == "inconclusive" and result.verdict == "inconclusive"
     # CRT below FairICP on every split: the frontier criterion fails, so the claim fails.
-    result = claim(cfg, _hand_metrics(cfg, loss, _arms(cfg, [0.3] * 3, kpc["baseline"].get, kpc["method"].get), pvalue))
+    swapped = _arms(cfg, [0.3] * six, kpc["baseline"].get, kpc["method"].get)
+    result = claim(cfg, _hand_metrics(cfg, loss, swapped, pvalue))
     assert result.criterion("frontier_kpc_gap_vs_crt").state == "fails" and result.verdict == "fails"
-    # FairICP better on two splits, worse on the third: the interval straddles 0.
-    mixed = _arms(cfg, [0.3] * 3, lambda mu: [0.3 - 0.3 * mu, 0.3 - 0.3 * mu, 0.3 + 0.2 * mu], kpc["baseline"].get)
+    # FairICP better on two splits of three, worse on the third: the interval straddles 0.
+    mixed = _arms(cfg, [0.3] * six, lambda mu: [0.3 - 0.3 * mu, 0.3 - 0.3 * mu, 0.3 + 0.2 * mu] * 2,
+                  kpc["baseline"].get)  # fmt: skip
     gap = claim(cfg, _hand_metrics(cfg, loss, mixed, pvalue)).criterion("frontier_kpc_gap_vs_crt")
-    assert gap.low < 0.0 < gap.high and gap.state == "inconclusive" and gap.n_units == 3
+    assert gap.low < 0.0 < gap.high and gap.state == "inconclusive" and gap.n_units == six
     # a baseline that never learns the task fails its must-pass gate
-    bad_loss = _arms(cfg, [0.40, 0.42, 0.38], lambda mu: [0.4 + 0.2 * mu] * 3, lambda mu: [1.2] * 3)
+    bad_loss = _arms(cfg, [0.40, 0.42, 0.38] * 2, lambda mu: [0.4 + 0.2 * mu] * six, lambda mu: [1.2] * six)
     sanity = claim(cfg, _hand_metrics(cfg, bad_loss, kpc, pvalue)).sanity
     assert sanity["baseline_mu0.5_learns_task"] is False and sanity["method_mu0.5_learns_task"] is True
 
@@ -554,4 +570,4 @@ def test_smoke_pipeline_on_the_simulation_with_the_oracle_arm(tmp_path):
     test = table.rows(fdata.split_rows(codes, "test")[0])
     with torch.no_grad():
         pred = model(torch.from_numpy(test.X).float()).numpy()
-    assert np.mean((pred - test.Y) ** 2) == pytest.approx(v["method/split0/mse_mu0.8"], rel=1e-3)
+    assert np.mean((pred - test.Y) ** 2) == pytest.approx(metrics.unit("mse_mu0.8", "method")[0], rel=1e-3)
