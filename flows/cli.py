@@ -381,6 +381,34 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_dry_run(args: argparse.Namespace) -> int:
+    import json
+
+    from models.registry import UnknownMethodError, get, names
+
+    try:
+        specs = [get(m) for m in (names() if args.all else args.methods)]
+    except UnknownMethodError as exc:
+        return _fail(str(exc))
+    if not specs:
+        return _fail(f"name a method or use --all; methods: {', '.join(names())}")
+    from tasks import dry_run
+
+    reports, failed = [], []
+    for spec in specs:
+        try:
+            report = dry_run.dry_run(spec)
+            print(dry_run.describe(report), flush=True)
+        except Exception as exc:  # a shape error is the finding: report it and go on
+            report = {"method": spec.slug, "error": f"{type(exc).__name__}: {exc}"}
+            failed.append(spec.slug)
+            print(f"{spec.slug}: FAILED at paper scale: {report['error'][:500]}", flush=True)
+        reports.append(report)
+    if args.json:
+        Path(args.json).write_text(json.dumps(reports, indent=1, default=str))
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="paperline",
@@ -419,6 +447,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="last run per method: its claim, must-pass checks, champion and challenger")
     p.add_argument("--json", action="store_true", help="as JSON")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("dry-run", help="paper scale with the data cut to a few items: shapes, memory, two steps")
+    p.add_argument("methods", nargs="*", metavar="METHOD")
+    p.add_argument("--all", action="store_true", help="every registered method")
+    p.add_argument("--json", default="", help="also write the reports to this JSON file")
+    p.set_defaults(func=cmd_dry_run)
 
     p = sub.add_parser("report", help="write outputs/report/index.html (claim table, figures, MLflow links)")
     p.add_argument("--no-mlflow", action="store_true", help="do not log the report to MLflow")

@@ -714,6 +714,9 @@ class MethodSpec:
     # work (tasks.speed.KINDS: gemm, conv, adam, python; they sum to 1). 0 = not measured yet.
     default_cpu_seconds: float = 0.0
     work_mix: tuple[tuple[str, float], ...] = (("adam", 0.5), ("python", 0.5))
+    # Overrides on top of `paper` that cut the data to a few items and every loop to a couple of steps while
+    # keeping the paper's network and data shapes: `paperline dry-run` (tasks/dry_run.py) runs them on a CPU.
+    dry_run: tuple[tuple[str, Any], ...] = ()
 
     def module(self) -> ModuleType:
         return importlib.import_module(self.impl)

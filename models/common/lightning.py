@@ -37,6 +37,7 @@ from models.common.runtime import (  # noqa: F401 (re-exported)
     checkpoint_dir,
     checkpoint_seconds,
     checkpoint_session,
+    dry_run,
     hardware_settings,
     raise_if_stop_requested,
     set_threads,
@@ -433,6 +434,12 @@ def fit(
                 after = {key: state.get(key, {}) for key in ("module_generators", "loader_generators")}
                 after["rng"] = state.get("callbacks", {}).get(saver.state_key)
             del state  # Lightning loads the file itself
+    if dry_run():  # paper-scale dry run: shapes and memory, two optimiser steps, one validation batch
+        trainer_kwargs.update(
+            max_steps=-1, limit_train_batches=2, limit_val_batches=1, val_check_interval=None, check_val_every_n_epoch=1
+        )
+        max_epochs = 1
+        _log_dry_run_fit(module, train_loader, variant)
     hardware = hardware_settings({k: trainer_kwargs.pop(k) for k in TRAINER_ENV if k in trainer_kwargs})
     kwargs: dict[str, Any] = dict(
         max_epochs=max_epochs,
@@ -483,6 +490,35 @@ CHECKPOINT_KEYS = ("pytorch-lightning_version", "state_dict", "loops", "callback
 
 class WrongCheckpoint(ValueError):
     """A checkpoint that loads but is not this fit's Lightning checkpoint."""
+
+
+def _log_dry_run_fit(module, train_loader, variant: str) -> None:
+    """One record of a dry run's fit: parameters, their dtype, the first batch's shapes and dtypes."""
+    from models.common.runtime import DRY_RUN_LOG
+
+    def shapes(batch):
+        if isinstance(batch, torch.Tensor):
+            return [list(batch.shape), str(batch.dtype).removeprefix("torch.")]
+        if isinstance(batch, (list, tuple)):
+            return [shapes(b) for b in batch]
+        if isinstance(batch, dict):
+            return {k: shapes(v) for k, v in batch.items()}
+        return type(batch).__name__
+
+    params = list(module.parameters())
+    try:
+        first = shapes(next(iter(train_loader)))
+    except (StopIteration, TypeError) as exc:
+        first = f"no batch ({type(exc).__name__})"
+    DRY_RUN_LOG.fits.append(
+        {
+            "variant": variant,
+            "parameters": int(sum(p.numel() for p in params)),
+            "trainable": int(sum(p.numel() for p in params if p.requires_grad)),
+            "dtype": str(params[0].dtype).removeprefix("torch.") if params else "-",
+            "first_batch": first,
+        }
+    )
 
 
 def _load_checkpoint(path, variant: str, module=None) -> dict | None:

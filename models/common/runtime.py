@@ -200,3 +200,22 @@ def raise_if_stop_requested() -> None:
     reason = stop_reason()
     if reason:
         raise StopRequested(reason)
+
+
+# ----------------------------------------------------------------------------- paper-scale dry runs
+
+DRY_RUN_VAR = "PAPERLINE_DRY_RUN"  # "1": every fit takes two optimiser steps and every grid its first point
+
+
+def dry_run() -> bool:
+    return os.environ.get(DRY_RUN_VAR, "") == "1"
+
+
+@dataclass
+class DryRunLog:
+    """What the fits of a dry run met: each network's size and the shapes of its first batch."""
+
+    fits: list[dict] = field(default_factory=list)
+
+
+DRY_RUN_LOG = DryRunLog()
