@@ -8,7 +8,7 @@ The project's machines are shared hosts whose speed drifts (the same `make run` 
 days with identical results). The reference workload times, on one core, the kinds of work the methods spend
 their time in (GEMMs, convolutions, small-batch Adam, a Python loop); each method's recorded default cost
 (``MethodSpec.default_cpu_seconds``, with its ``work_mix``) is scaled by this machine's ratio to the recording
-host (``flows.pipelines.RECORDED_REFERENCE``). ``--compare`` puts that prediction beside the CPU time of each
+host (``flows.method_flows.RECORDED_REFERENCE``). ``--compare`` puts that prediction beside the CPU time of each
 method's latest run (MLflow ``train/seconds`` and the run's wall time) and prints the error.
 """
 
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="predicted vs measured per method (MLflow)")
     args = parser.parse_args()
     runs = [speed.reference(rounds=1) for _ in range(args.repeats)]
-    from flows.pipelines import RECORDED_REFERENCE
+    from flows.method_flows import RECORDED_REFERENCE
 
     print("| kind of work (one core) | best s | median s | worst s | recording host s |\n|---|---|---|---|---|")
     here = {}
@@ -46,7 +46,7 @@ def main() -> None:
 
 
 def compare(here: dict[str, float]) -> None:
-    from flows.pipelines import RECORDED_REFERENCE, method_costs
+    from flows.method_flows import RECORDED_REFERENCE, method_costs
     from models.registry import METHODS
     from tasks import overview, speed, tracking
 

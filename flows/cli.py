@@ -95,7 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.dask_address and not os.environ.get("PREFECT_API_URL"):
         temporary = servers.TemporaryPrefect(root)
     try:
-        from flows.pipelines import all_methods, method_pipeline
+        from flows.method_flows import all_methods, method_flow
         from models.base import Scale
         from tasks import report, tracking
 
@@ -105,7 +105,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             temporary.stop()
         raise
     if len(methods) > 1 and args.scale == "default":
-        from flows.pipelines import predicted_wall_time
+        from flows.method_flows import predicted_wall_time
 
         print(predicted_wall_time(methods, args.workers if args.runner == "dask" else 1), flush=True)
     shared = servers.shared_temporary_prefect(temporary) if temporary is not None else contextlib.nullcontext()
@@ -121,7 +121,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                 )
             else:
                 try:
-                    results = [method_pipeline(methods[0], Scale(args.scale), args.set or [])]
+                    results = [method_flow(methods[0], Scale(args.scale), args.set or [])]
                 except Exception as exc:
                     results = [{"method": methods[0], "error": f"{type(exc).__name__}: {exc}", "run_id": None}]
     except (KeyboardInterrupt, SystemExit):

@@ -6,10 +6,10 @@ NIGHTLY_CRON = "0 2 * * *"
 
 
 def deployments():
-    from flows.pipelines import all_methods, method_pipeline, nightly_retrain
+    from flows.method_flows import all_methods, method_flow, nightly_retrain
 
     return [
-        method_pipeline.to_deployment(name="method-pipeline", tags=["paperline"]),
+        method_flow.to_deployment(name="method", tags=["paperline"]),
         all_methods.to_deployment(name="all-methods", tags=["paperline"]),
         nightly_retrain.to_deployment(name="nightly", cron=NIGHTLY_CRON, tags=["paperline", "nightly"]),
     ]

@@ -6,14 +6,17 @@ whose ``impl`` names the module holding the heavy code. That module defines five
     prepare(cfg, data_dir: Path) -> DatasetRef
         Write the dataset deterministically from ``cfg.seed`` into ``data_dir`` (or read a
         user-supplied copy in its official format) and return ``write_manifest(...)``.
-    train(cfg, data: DatasetRef, out_dir: Path) -> TrainedArtifacts
-        Train the method *and* its baseline under the same budget; write weights under
-        ``out_dir / "model"`` and return per-variant learning curves and summary metrics.
+    train(cfg, data: DatasetRef, model_dir: Path) -> TrainedArtifacts
+        Train the method *and* its baseline under the same budget; write weights and whatever
+        ``load_model`` and ``evaluate`` need straight into ``model_dir`` (a fresh folder that becomes
+        ``outputs/<slug>/model`` once the step completes) and return per-variant learning curves and
+        summary metrics.
     load_model(cfg, model_dir: Path) -> object
         Rebuild the registered model (an ``nn.Module`` or an object with ``predict``)
         from ``model_dir``; torch checkpoints load with ``weights_only=True``.
     evaluate(cfg, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics
-        The paper's metrics for method and baseline; figures as PNGs in ``out_dir / "plots"``.
+        The paper's metrics for method and baseline; figures as PNGs in ``out_dir / "plots"`` (``out_dir``
+        is a fresh staging folder that replaces ``outputs/<slug>``'s results once evaluate completes).
     claim(cfg, metrics: Metrics) -> ClaimResult
         The paper's key claim as criteria (estimate, 95 % interval over paired units, threshold,
         state holds/fails/inconclusive; build them with ``models.common.verdicts``) plus the
@@ -710,7 +713,7 @@ class MethodSpec:
     primary_metric: str  # a key of Metrics.values used for champion/challenger
     higher_is_better: bool = True
     # What `paperline run --all` plans with: CPU seconds of `default` on one core, measured on the host whose
-    # reference timings `flows.pipelines.RECORDED_REFERENCE` holds, and the shares of that time by kind of
+    # reference timings `flows.method_flows.RECORDED_REFERENCE` holds, and the shares of that time by kind of
     # work (tasks.speed.KINDS: gemm, conv, adam, python; they sum to 1). 0 = not measured yet.
     default_cpu_seconds: float = 0.0
     work_mix: tuple[tuple[str, float], ...] = (("adam", 0.5), ("python", 0.5))

@@ -131,8 +131,8 @@ if __name__ == "__main__":
     env.make_state_dirs()
 
     registry.METHODS["toy_lightning"] = SPEC  # before the flows build their method Literal
-    from flows.pipelines import method_pipeline
+    from flows.method_flows import method_flow
     from models.base import Scale
 
-    result = method_pipeline("toy_lightning", Scale.default, sys.argv[1:])
+    result = method_flow("toy_lightning", Scale.default, sys.argv[1:])
     print("RESULT", result["version"], result["figures"]["mse"], flush=True)

@@ -157,7 +157,7 @@ def live(tmp_path_factory):
 def nightly(live):
     """A crippled first version, a nightly that beats it, and a crippled nightly that must not."""
     api = live["api"]
-    first = api.run_deployment("method-pipeline", {"method": "sleeping_rl", "scale": "smoke", "overrides": [CRIPPLED]})
+    first = api.run_deployment("method", {"method": "sleeping_rl", "scale": "smoke", "overrides": [CRIPPLED]})
     better = api.run_deployment("nightly", {"methods": ["sleeping_rl", "kernel_sgd"], "scale": "smoke"})
     worse = api.run_deployment(
         "nightly",
@@ -213,7 +213,7 @@ def test_ui_pages_in_chromium(live, nightly):
 
         visit(
             f"{live['prefect']}/deployments",
-            "method-pipeline",
+            "method",
             "all-methods",
             "nightly-retrain",
             shot="prefect-deployments",

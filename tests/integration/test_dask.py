@@ -15,7 +15,7 @@ METHODS = ["sleeping_rl", "kernel_sgd"]  # the two fastest at smoke scale
 def test_all_methods_on_two_dask_workers(prefect_harness, project):
     from prefect.artifacts import Artifact
 
-    from flows.pipelines import all_methods
+    from flows.method_flows import all_methods
 
     results = all_methods(METHODS, Scale.smoke, runner="dask", dask_workers=2)
     assert [r["method"] for r in results] == METHODS
@@ -37,7 +37,7 @@ def test_parallel_and_sequential_runs_give_identical_results(
     import json
     import shutil
 
-    from flows.pipelines import all_methods
+    from flows.method_flows import all_methods
 
     def run(root, runner):
         (root / "mlflow").mkdir(parents=True, exist_ok=True)
@@ -72,7 +72,7 @@ def _worker_trim_threshold() -> str | None:
 
 def test_local_workers_keep_glibc_malloc_defaults(monkeypatch):
     """Dask's own worker setting (a malloc trim threshold) made every large tensor an mmap + page faults."""
-    from flows.pipelines import dask_worker_malloc_defaults
+    from flows.method_flows import dask_worker_malloc_defaults
 
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     with dask_worker_malloc_defaults():

@@ -13,12 +13,12 @@ pytestmark = [pytest.mark.integration]
 @pytest.fixture
 def toy(monkeypatch, project):
     # Import first: the flows' method Literal is built at import and must not include the toy.
-    from flows.pipelines import method_pipeline
+    from flows.method_flows import method_flow
 
     monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
 
     # The flow's `method` parameter is a Literal of the registered names; the toy is not one.
-    run = method_pipeline.with_options(validate_parameters=False)
+    run = method_flow.with_options(validate_parameters=False)
     return lambda *overrides: run("toy", Scale.default, list(overrides))
 
 
@@ -65,7 +65,7 @@ def test_champion_moves_only_when_earned(prefect_harness, project, toy):
 
 
 def test_champion_is_compared_only_like_for_like(prefect_harness, project, toy):
-    from flows.pipelines import method_pipeline
+    from flows.method_flows import method_flow
 
     c = tracking.client(project)
     first = toy("quality=0.8")
@@ -83,7 +83,7 @@ def test_champion_is_compared_only_like_for_like(prefect_harness, project, toy):
         assert other["version"] == version and not other["promoted"], other
         assert why in other["reason"] and "not compared with champion v1" in other["reason"]
         assert c.get_model_version("paperline.toy", version).tags["paperline.decision"] == "not compared"
-    smoke = method_pipeline.with_options(validate_parameters=False)("toy", Scale.smoke, ["quality=0.99"])
+    smoke = method_flow.with_options(validate_parameters=False)("toy", Scale.smoke, ["quality=0.99"])
     assert not smoke["promoted"] and "another scale" in smoke["reason"]
     assert str(c.get_model_version_by_alias("paperline.toy", "champion").version) == "1"
     assert str(c.get_model_version_by_alias("paperline.toy", "challenger").version) == "4"

@@ -14,14 +14,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SLUG = "sleeping_rl"  # the fastest method at smoke scale
 
 
-def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project):
+def test_method_flow_tracks_registers_and_promotes(prefect_harness, project):
     from prefect.artifacts import Artifact
 
     import mlflow
-    from flows.pipelines import method_pipeline
+    from flows.method_flows import method_flow
 
     spec = get(SLUG)
-    first = method_pipeline(SLUG, Scale.smoke)
+    first = method_flow(SLUG, Scale.smoke)
     c = tracking.client(project)
     run = c.get_run(first["run_id"])
     assert run.info.status == "FINISHED"
@@ -81,7 +81,7 @@ def test_method_pipeline_tracks_registers_and_promotes(prefect_harness, project)
     assert artifact is not None and "| sleeping_rl |" in artifact.data
 
     # Same seed and config: the same primary metric, which does not *beat* the champion.
-    second = method_pipeline(SLUG, Scale.smoke)
+    second = method_flow(SLUG, Scale.smoke)
     assert second["version"] == "2" and not second["promoted"]
     assert "does not beat champion v1" in second["reason"]
     assert str(c.get_model_version_by_alias(name, "challenger").version) == "2"

@@ -14,10 +14,10 @@ pytestmark = [pytest.mark.integration]
 
 @pytest.fixture
 def toy_runs(prefect_harness, project, monkeypatch):
-    from flows.pipelines import method_pipeline
+    from flows.method_flows import method_flow
 
     monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
-    run = method_pipeline.with_options(validate_parameters=False)
+    run = method_flow.with_options(validate_parameters=False)
     first = run("toy", Scale.default, ["quality=0.8"])
     second = run("toy", Scale.default, ["quality=0.6"])  # worse: challenger only
     return first, second
@@ -85,14 +85,12 @@ def test_status_command_prints_the_table_and_json(toy_runs, project, capsys):
 def test_every_view_of_a_verdict_agrees(prefect_harness, project, monkeypatch):
     """An inconclusive claim reads the same in the flow result, claim.json, the claim table, MLflow,
     ``paperline status`` and the report."""
-    from flows.pipelines import method_pipeline
+    from flows.method_flows import method_flow
     from tasks import report
 
     monkeypatch.setitem(registry.METHODS, "toy", toy_method.SPEC)
     # Per-seed scores 0.3, 0.6, 0.9: mean 0.6 >= 0.5, but the interval reaches far below it.
-    result = method_pipeline.with_options(validate_parameters=False)(
-        "toy", Scale.default, ["quality=0.6", "spread=0.3"]
-    )
+    result = method_flow.with_options(validate_parameters=False)("toy", Scale.default, ["quality=0.6", "spread=0.3"])
     assert result["verdict"] == "inconclusive"
     (criterion,) = result["criteria"]
     assert criterion["low"] < 0.5 < criterion["high"] and criterion["state"] == "inconclusive"

@@ -16,8 +16,8 @@ def test_served_deployments_have_typed_forms_and_the_nightly_cron():
     from flows.serve import NIGHTLY_CRON, deployments
 
     deps = {d.name: d for d in deployments()}
-    assert set(deps) == {"method-pipeline", "all-methods", "nightly"}
-    method = deps["method-pipeline"]._parameter_openapi_schema.model_dump()
+    assert set(deps) == {"method", "all-methods", "nightly"}
+    method = deps["method"]._parameter_openapi_schema.model_dump()
     assert sorted(_choices(method["properties"]["method"])) == sorted(names())
     assert method["definitions"]["Scale"]["enum"] == ["smoke", "default", "paper"]
     nightly = deps["nightly"]
@@ -29,7 +29,7 @@ def test_served_deployments_have_typed_forms_and_the_nightly_cron():
 def test_prefect_yaml_matches_the_served_deployments():
     spec = yaml.safe_load((ROOT / "prefect.yaml").read_text())
     deps = {d["name"]: d for d in spec["deployments"]}
-    assert set(deps) == {"method-pipeline", "all-methods", "nightly"}
+    assert set(deps) == {"method", "all-methods", "nightly"}
     assert deps["nightly"]["schedules"][0]["cron"] == "0 2 * * *"
     for d in deps.values():
         path, func = d["entrypoint"].split(":")
@@ -43,7 +43,7 @@ def test_the_served_all_methods_form_bounds_the_worker_count_and_the_flow_refuse
     import pytest
     from prefect.exceptions import ParameterTypeError
 
-    from flows.pipelines import all_methods, dask_runner
+    from flows.method_flows import all_methods, dask_runner
     from flows.serve import deployments
 
     deps = {d.name: d for d in deployments()}

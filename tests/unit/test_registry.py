@@ -39,7 +39,7 @@ def test_unknown_method_lists_the_valid_ones():
 
 
 def test_parallel_runs_start_the_longest_methods_first():
-    from flows.pipelines import longest_first, method_costs
+    from flows.method_flows import longest_first, method_costs
     from models.registry import names
 
     costs = method_costs()

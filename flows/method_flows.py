@@ -1,4 +1,4 @@
-"""The Prefect flows: ``method_pipeline``, ``all_methods`` and ``nightly_retrain``.
+"""The Prefect flows: ``method_flow``, ``all_methods`` and ``nightly_retrain``.
 
 Parameters are typed (a ``Literal`` of method names, the ``Scale`` enum), so the Prefect UI
 shows a form with dropdowns. ``all_methods`` runs the methods one after another (each as a
@@ -52,8 +52,8 @@ def _step(slug: str, name: str, started: float):
     )
 
 
-@flow(name="method-pipeline", log_prints=True)
-def method_pipeline(method: MethodName, scale: Scale = Scale.default, overrides: list[str] | None = None) -> dict:
+@flow(name="method", log_prints=True)
+def method_flow(method: MethodName, scale: Scale = Scale.default, overrides: list[str] | None = None) -> dict:
     """prepare -> train -> evaluate -> publish for one method, tracked in one MLflow run."""
     spec = get(method)
     cfg = build_config(spec, scale, parse_overrides(overrides or []))
@@ -118,7 +118,7 @@ def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> 
         logger.info(
             "[%d/%d] %s (%s scale), %.0f s elapsed", i, len(methods), slug, scale.value, time.perf_counter() - started
         )
-        state = method_pipeline(slug, scale, overrides_for(slug, overrides), return_state=True)
+        state = method_flow(slug, scale, overrides_for(slug, overrides), return_state=True)
         if state.is_completed():
             results.append(state.result())
         else:
@@ -134,7 +134,7 @@ def _run_many(methods: list[str], scale: Scale, overrides: list[str] | None) -> 
 @task(name="method", task_run_name="method-{slug}")
 def _method_task(slug: str, scale: Scale, overrides: list[str] | None) -> dict:
     """One method's whole pipeline as a task, so a distributed task runner can place it."""
-    return method_pipeline.fn(slug, scale, overrides)
+    return method_flow.fn(slug, scale, overrides)
 
 
 # Default-scale times of each method: the parallel runner starts the longest first, so two workers do not end
