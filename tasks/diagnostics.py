@@ -184,6 +184,20 @@ def diagnose(claim: ClaimResult, evidence: Evidence | None = None) -> ClaimResul
     return claim
 
 
+def figures(evidence: Evidence, plots_dir) -> list:
+    """The diagnostics as figures every method gets: its validation grids and its fits' budgets."""
+    from pathlib import Path
+
+    from models.common import plotting
+
+    out = []
+    if evidence.selections:
+        out.append(plotting.selection_grids(evidence.selections, Path(plots_dir) / "diagnostics_grids.png"))
+    if evidence.fits:
+        out.append(plotting.fit_budgets(evidence.fits, Path(plots_dir) / "diagnostics_fits.png"))
+    return out
+
+
 def power_text(claim: ClaimResult) -> str:
     """``query_ratio needs ~14 paired units`` for every inconclusive criterion, ``; ``-separated."""
     parts = []
@@ -197,4 +211,4 @@ def power_text(claim: ClaimResult) -> str:
     return "; ".join(parts)
 
 
-__all__ = ["FLAG_CODES", "claim_flags", "diagnose", "fit_flags", "power_text", "selection_flags"]
+__all__ = ["FLAG_CODES", "claim_flags", "diagnose", "figures", "fit_flags", "power_text", "selection_flags"]

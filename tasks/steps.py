@@ -201,7 +201,9 @@ def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, 
     with _dropped_on_failure(staging):
         metrics = module.evaluate(cfg, data, artifacts, staging)
         result = module.claim(cfg, metrics)
-        diagnostics.diagnose(result, evidence.Evidence.from_dict(artifacts.evidence))
+        recorded = evidence.Evidence.from_dict(artifacts.evidence)
+        diagnostics.diagnose(result, recorded)
+        metrics.figures += diagnostics.figures(recorded, staging / "plots")
         # A NaN estimate already fails its criterion (models.base.Criterion.state); figures must be finite too.
         bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
         result.sanity.setdefault("finite_metrics", not bad)
