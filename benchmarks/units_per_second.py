@@ -74,7 +74,9 @@ def main() -> None:
     parser.add_argument("--scale", default="default")
     args = parser.parse_args()
     before = worktree(args.before)
-    print(f"| method | before ({args.before}): CPU s / units / s per unit | now: CPU s / units / s per unit | per-unit speed-up |")
+    print(
+        f"| method | before ({args.before}): CPU s / units / s per unit | now: CPU s / units / s per unit | per-unit speed-up |"
+    )
     print("|---|---|---|---|")
     try:
         for slug in args.methods:

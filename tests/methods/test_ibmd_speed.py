@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import lightning as L
+import pytest
 import torch
 
 from models.common.batches import Rows, random_batches, whole_batch
@@ -41,7 +42,11 @@ BRIDGE = BridgeConfig(steps=100)
 def test_time_feature_table_is_the_per_call_embedding_bitwise():
     net = BridgeNet(2, NET, BRIDGE, cond=True)
     step = torch.randint(0, BRIDGE.steps, (257,), generator=torch.Generator().manual_seed(0))
-    assert torch.equal(net.time_features[step], sinusoidal_embedding(net.times[step], NET.time_dim))
+    # A table computed once against the embedding computed per batch: vectorised sin/cos over other lengths
+    # (SIMD body against scalar tail) may round differently on other hosts.
+    torch.testing.assert_close(
+        net.time_features[step], sinusoidal_embedding(net.times[step], NET.time_dim), rtol=1e-6, atol=1e-6
+    )
     assert "time_features" not in net.state_dict()  # saved weights keep their old keys
 
 
@@ -177,6 +182,12 @@ class ValidationHookTrace(BridgeMatching):
         self.log("val/frac_bimodal_many", bimodal_fraction(x0, 0.5))
 
 
+def assert_records_close(a: list[dict], b: list[dict], rel: float = 1e-5) -> None:
+    assert [r.keys() for r in a] == [r.keys() for r in b]
+    for x, y in zip(a, b):
+        assert x == pytest.approx(y, rel=rel, abs=1e-6)
+
+
 def _traced_teacher(module_class, **kwargs) -> tuple[BridgeMatching, list[dict]]:
     bridge = BridgeSchedule.i2sb(BRIDGE.steps, BRIDGE.beta_max, BRIDGE.beta_min)
     g = torch.Generator().manual_seed(1)
@@ -230,7 +241,8 @@ class PerChunkGenerator(InverseBridgeMatching):
         return (fake_loss + gen_loss).detach()
 
 
-def test_one_generator_call_for_all_fake_chunks_gives_the_per_chunk_fit_bitwise(monkeypatch):
+@pytest.mark.numerics
+def test_one_generator_call_for_all_fake_chunks_gives_the_per_chunk_fit(monkeypatch):
     import models.ibmd.pipeline as pipeline
 
     cfg = Config(bridge=BRIDGE, many_nfe=5, eval_nfe=(1, 5))
@@ -246,11 +258,12 @@ def test_one_generator_call_for_all_fake_chunks_gives_the_per_chunk_fit_bitwise(
     monkeypatch.setattr(pipeline, "InverseBridgeMatching", PerChunkGenerator)
     _, per_chunk = fit_student(cfg, setup, teacher, arrays, 1e-3, 7, shared)
     assert isinstance(per_chunk.module, PerChunkGenerator)
-    assert batched.records == per_chunk.records
+    # One generator call on all chunks against one per chunk: matmuls of other row counts may take other kernels.
+    assert_records_close(batched.records, per_chunk.records)
     for a, b in zip(batched.module.generator_ema.parameters(), per_chunk.module.generator_ema.parameters()):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for a, b in zip(batched.module.fake.parameters(), per_chunk.module.fake.parameters()):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_manual_teacher_optimisation_is_lightnings_automatic_loop_bitwise():

@@ -1,6 +1,8 @@
-"""score_fusion's cost savings change no number: the shared 2-D epsilon cache returns exactly what the
-2-D models compute, fits that share it end on the same weights as fits that do not, the per-epoch
-training means equal Lightning's ``on_epoch`` means, and the multi-tensor Adam matches the loop."""
+"""score_fusion's cost savings change no number beyond float rounding: the shared 2-D epsilon cache returns
+exactly what the 2-D models compute (the same kernels run, so bit for bit), fits that share it end on the same
+weights as fits that do not, the per-epoch training means equal Lightning's ``on_epoch`` means, and the
+multi-tensor Adam and the channels-last layout match the loop and the default layout to float32 rounding (other
+kernels, another summation order: bit-identity there holds on some hosts only)."""
 
 from __future__ import annotations
 
@@ -93,6 +95,7 @@ def test_epoch_means_equal_lightnings_batch_weighted_epoch_mean():
     assert not logged
 
 
+@pytest.mark.numerics
 def test_multi_tensor_adam_takes_the_same_steps_as_the_loop():
     torch.manual_seed(2)
     model = SliceModel(0, SLICE)
@@ -108,12 +111,14 @@ def test_multi_tensor_adam_takes_the_same_steps_as_the_loop():
             net.forward_slices(x, t).square().mean().backward()
             opt.step()
     for a, b in zip(model.parameters(), twin.parameters()):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.numerics
 def test_channels_last_3d_layout_keeps_the_forward_pass_and_the_gradients():
-    """The 3-D nets' channels-last activations (a speed-up on CPU): the same output bit for bit, weight
-    gradients equal up to float32 summation order; the 2-D nets keep the default layout."""
+    """The 3-D nets' channels-last activations (a speed-up on CPU): output and weight gradients equal up to
+    float32 summation order (the layouts pick different convolution kernels); the 2-D nets keep the default
+    layout."""
     torch.manual_seed(3)
     net = eps_net(3, ScoreFusion.FUSION_IN, 3, FUSION)
     perturbed(net, 0.1)
@@ -126,6 +131,6 @@ def test_channels_last_3d_layout_keeps_the_forward_pass_and_the_gradients():
         y = model(x, t)
         y.square().mean().backward()
         outputs.append(y.detach())
-    assert torch.equal(outputs[0], outputs[1])
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=1e-4, atol=1e-5 * float(outputs[1].abs().max()))
     for (name, a), b in zip(net.named_parameters(), plain.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-5 * float(b.grad.abs().max())), name
