@@ -5,7 +5,7 @@ state count, which is harmless because padded states are never reached and have 
 Planning (backward induction on the optimistic Q-table) is vectorised over runs, states,
 actions and the 2^A availability sets; acting is vectorised over runs.
 
-Equations follow the brief (from the official ``agents.py`` / ``sleepingagents.py``):
+Equations follow docs/methods/sleeping_rl.md (from the official ``agents.py`` / ``sleepingagents.py``):
 
     Q_h(s,a) <- min(Q_h(s,a), R(s,a) + P^(.|s,a) V_{h+1} + beta * b(s,a))     for N(s,a) > 0
     b(s,a)    = c1 H L / N + sqrt(c2 L Var / N) + sqrt(c3 sum_s' P^(s'|s,a) min(H^2, c / max(1, N_{h+1}(s'))) / N)
@@ -93,14 +93,17 @@ class OptimisticAgent:
     # constants of the three Q-bonus terms: c1 H L / N, sqrt(c2 L Var / N), sqrt(c3 .. / N)
     q_constants = (14.0 / 3.0, 8.0, 8.0)
 
-    def __init__(self, batch: RunBatch, episodes: int, bonus_scale: float, variance_quirk: bool = False) -> None:
+    def __init__(
+        self, batch: RunBatch, episodes: int, bonus_scale: float | np.ndarray, variance_quirk: bool = False
+    ) -> None:
         self.batch = batch
         self.H = batch.horizon
         n_runs, (S, A) = batch.n_runs, batch.size
         self.S_true = batch.n_states.astype(float)  # (R,)
         self.A = A
         self.K = episodes
-        self.beta = bonus_scale
+        # beta per run (one value for all, or one per run: the beta sweep batches every beta in one loop)
+        self.beta = np.broadcast_to(np.asarray(bonus_scale, dtype=float), (n_runs,)).copy()
         self.variance_quirk = variance_quirk
         self.R_known = batch.R  # rewards are given to the agents
         self.Q = np.full((n_runs, self.H, S, A), float(self.H))
@@ -139,7 +142,7 @@ class OptimisticAgent:
         tail = np.minimum(H**2, self.c_q[:, None] / np.maximum(1.0, self.N_stage[:, h + 1]))  # (R, S')
         tail = (p_hat * tail[:, None, None, :]).sum(axis=-1)
         bonus = c1 * H * L / n + np.sqrt(c2 * L * var / n) + np.sqrt(c3 * tail / n)
-        candidate = self.R_known + mean + self.beta * bonus
+        candidate = self.R_known + mean + self.beta[:, None, None] * bonus
         self.Q[:, h] = np.where(self.N_sa > 0, np.minimum(self.Q[:, h], candidate), self.Q[:, h])
 
     def state_value(self, h: int) -> np.ndarray:
@@ -177,7 +180,9 @@ class SleepingUCBVI(OptimisticAgent):
     uses_availability = True
     q_constants = (7.0 / 3.0, 4.0, 4.0)
 
-    def __init__(self, batch: RunBatch, episodes: int, bonus_scale: float, variance_quirk: bool = False) -> None:
+    def __init__(
+        self, batch: RunBatch, episodes: int, bonus_scale: float | np.ndarray, variance_quirk: bool = False
+    ) -> None:
         super().__init__(batch, episodes, bonus_scale, variance_quirk)
         n_runs, (S, A) = batch.n_runs, batch.size
         self.masks = subset_masks(A)  # (2^A, A)
@@ -213,7 +218,7 @@ class SleepingUCBVI(OptimisticAgent):
         tail = np.minimum(H**2, self.c_v[:, None, None] / np.maximum(1.0, n_best))
         tail[..., 0] = 0.0
         bonus = np.sqrt(4.0 * L * var / n) + 7.0 * H * L / n + np.sqrt(4.0 * (c_hat * tail).sum(axis=-1) / n)
-        return np.minimum(H, mean + self.beta * bonus)
+        return np.minimum(H, mean + self.beta[:, None] * bonus)
 
     def act(self, h: int, state: np.ndarray, mask: np.ndarray) -> np.ndarray:
         """Record the revealed set, then pick the first argmax of Q over it."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -49,7 +49,9 @@ class Config(MethodConfig):
         "smoke": {
             "data.settings": [MAIN.model_dump(), CONTROL.model_dump()],
             "episodes": 300,
-            "n_seeds": 1,
+            # Two seeds: one unit gives no interval (and no power estimate for an inconclusive criterion).
+            "n_seeds": 2,
+            "beta_sweep": (0.1, 1.0),
         },
         "paper": {
             # The repository's grid: g in {2,3,4} x p in {0.25, 0.5, 1}, K = 200k, 4 trials, theory constants.
@@ -72,9 +74,22 @@ class Config(MethodConfig):
 
     data: DataConfig = DataConfig()
     episodes: int = Field(default=5000, ge=10, le=2_000_000)  # K
-    # 5 paired seeds (REVIEW.md §1: 5 where a run is cheap; 2 left every criterion undecided at t_{0.975,1} = 12.7).
+    # 5 paired seeds (docs/methods/sleeping_rl.md: 5 where a run is cheap; 2 left every criterion undecided at t_{0.975,1} = 12.7).
     n_seeds: int = Field(default=5, ge=1, le=16)  # runs use seeds seed, seed+1, ...
     bonus_scale: float = Field(default=0.1, gt=0.0, le=10.0)  # beta: multiplies every exploration bonus
+    # Every beta here runs too (both algorithms, every setting and seed, the same random streams); the claim's verdict
+    # is decided at bonus_scale and states the betas of the sweep where it holds (regret curves per beta).
+    beta_sweep: tuple[Annotated[float, Field(gt=0.0, le=10.0)], ...] = (0.01, 0.03, 0.1, 0.3, 1.0)
     # False: Var_P(V) = P.V^2 - (P.V)^2 (correct). True: the official code's np.std(P * V)^2 quirk.
     variance_quirk: bool = False
     smooth_window: int = Field(default=100, ge=1, le=10_000)  # episodes in the plotted moving average
+
+    @model_validator(mode="after")
+    def _sweep(self) -> Config:
+        if self.bonus_scale not in self.beta_sweep:
+            raise ValueError(
+                f"bonus_scale {self.bonus_scale} (the deciding beta) must be one of beta_sweep {self.beta_sweep}"
+            )
+        if len(set(self.beta_sweep)) != len(self.beta_sweep):
+            raise ValueError(f"beta_sweep {self.beta_sweep}: no repeats")
+        return self

@@ -28,11 +28,13 @@ Deliberate deviations (and why):
   * Per-episode disclosure and Markovian availability (not in the official code) are not run.
   * The registered model is SleepingUCBVI's greedy policy on the main setting, seed ``cfg.seed``.
 
-Claim check: on each main/second setting, criteria (i) |last-10% reward - V*| <= 0.3 (the mean's
+Claim check (docs/methods/sleeping_rl.md): on each main/second setting, criteria (i) |last-10% reward - V*| <= 0.3 (the mean's
 t-interval mapped through |.|), (ii) UCBVI's last-10% reward - V*_agnostic <= 0.3 and (iii) the per-seed
 gap (SleepingUCBVI - UCBVI) / (V* - V*_agnostic) >= 0.5, each with a 95 % t-interval over the
 paired seeds (units ``seed<k>`` of ``last10_reward_<setting>``); the claim holds when all six hold. Negative
-control: UCBVI's runs scored as SleepingUCBVI by criterion (i) on the main setting (it must fail).
+control: UCBVI's runs scored as SleepingUCBVI by criterion (i) on the main setting (it must fail). The verdict
+is decided at beta = ``bonus_scale``; the same criteria at every beta of ``beta_sweep`` are reported beside it and
+the statement names the betas where all of them hold (regret curves per beta in the plots).
 """
 
 from __future__ import annotations
@@ -73,18 +75,18 @@ from .data import (
     read_official_config,
     sleeping_policy_value,
 )
-from .plots import plot_regret, plot_rewards
+from .plots import plot_beta_sweep, plot_regret, plot_regret_by_beta, plot_rewards
 
 LAST_FRACTION = 0.1  # the claim's "last 10 % of episodes"
-TOLERANCE = 0.3  # the brief's 0.3 in criteria (i), (ii) and (iv)
+TOLERANCE = 0.3  # the 0.3 of criteria (i), (ii) and (iv) (docs/methods/sleeping_rl.md)
 # The fit record of a fixed K-episode run (for the "still improving" diagnostic): its learning curve read as
-# FIT_BLOCKS block means, the best block the last one that beat every earlier block by more than FIT_MIN_DELTA
-# (a third of the claim's tolerance, so block-to-block noise on a plateau does not count as improving).
-FIT_BLOCKS, FIT_MIN_DELTA = 10, 0.1
+# FIT_BLOCKS block means, the best block the last one that beat the best before it by more than FIT_Z standard
+# errors of the difference (docs/methods/sleeping_rl.md; a fixed 0.1-reward step counted plateau noise as learning).
+FIT_BLOCKS, FIT_Z = 10, 2.0
 # The random draws a unit varies: each seed is one run's own stream of availability and transition draws, shared
 # by both algorithms (common random numbers).
 COVERS = ("run seed (availability and transition draws)",)
-# Exact DP values (H = 10) from the brief's table: (V*, V*_agnostic) per (grid, safe probability).
+# Exact DP values (H = 10) from the table in docs/methods/sleeping_rl.md: (V*, V*_agnostic) per (grid, safe probability).
 BRIEF_TABLE = {
     (2, 0.25): (7.72, 6.23), (2, 0.5): (8.67, 8.00), (2, 1.0): (9.00, 9.00),
     (3, 0.25): (3.07, 1.30), (3, 0.5): (5.78, 4.13), (3, 1.0): (7.00, 7.00),
@@ -184,13 +186,22 @@ def run_seeds(cfg: Config) -> list[int]:
     return [cfg.seed + j for j in range(cfg.n_seeds)]
 
 
+def arm_name(cfg: Config, variant: str, beta: float) -> str:
+    """``method``/``baseline`` at the deciding beta (``bonus_scale``), ``method_beta0.3`` elsewhere in the sweep."""
+    return variant if beta == cfg.bonus_scale else f"{variant}_beta{beta:g}"
+
+
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
-    """Run SleepingUCBVI and UCBVI for K episodes on every (setting, seed); save rewards and Q-tables."""
+    """Run SleepingUCBVI and UCBVI for K episodes on every (beta, setting, seed); save rewards and Q-tables.
+
+    Every beta of the sweep runs in the same vectorised loop; a (setting, seed) run plays the same random stream
+    at every beta and for both algorithms (common random numbers)."""
     out_dir = Path(out_dir)
     settings = load_settings(data)
-    runs = [(s, seed) for s in settings for seed in run_seeds(cfg)]
-    batch = RunBatch.stack([load_mdp(data, s["name"]) for s, _ in runs])
-    streams = [np.random.SeedSequence([seed, zlib.crc32(s["name"].encode())]) for s, seed in runs]
+    runs = [(s, seed, beta) for beta in cfg.beta_sweep for s in settings for seed in run_seeds(cfg)]
+    batch = RunBatch.stack([load_mdp(data, s["name"]) for s, _, _ in runs])
+    streams = [np.random.SeedSequence([seed, zlib.crc32(s["name"].encode())]) for s, seed, _ in runs]
+    betas = np.array([beta for _, _, beta in runs])
 
     progress = None
     if show_progress():
@@ -200,7 +211,7 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     saved, summary = {}, {"bonus_scale": cfg.bonus_scale, "episodes": cfg.episodes, "runs": len(runs)}
     for variant in VARIANTS:
         started = time.perf_counter()
-        agent = AGENTS[variant](batch, cfg.episodes, cfg.bonus_scale, cfg.variance_quirk)
+        agent = AGENTS[variant](batch, cfg.episodes, betas, cfg.variance_quirk)
         saved[f"rewards_{variant}"] = train_agent(agent, batch, streams, cfg.episodes, progress)
         saved[f"q_{variant}"] = agent.Q
         summary[f"seconds_{variant}"] = time.perf_counter() - started
@@ -209,20 +220,24 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     np.savez(
         out_dir / "runs.npz",
         **saved,
-        run_setting=np.array([s["name"] for s, _ in runs]),
-        run_seed=np.array([seed for _, seed in runs]),
+        run_setting=np.array([s["name"] for s, _, _ in runs]),
+        run_seed=np.array([seed for _, seed, _ in runs]),
+        run_beta=betas,
         n_states=batch.n_states,
         main_setting=np.array(_main_setting(settings)),
     )
+    history = {}
     for v in VARIANTS:
-        for i, (s, seed) in enumerate(runs):
-            record_curve(v, unit_label(s["name"], seed), saved[f"rewards_{v}"][i])
-    history = {v: _learning_curve(saved[f"rewards_{v}"], runs, cfg.episodes) for v in VARIANTS}
-    for v in VARIANTS:
-        for s in settings:
-            summary[f"{v}_mean_reward_{s['name']}"] = float(
-                np.mean([saved[f"rewards_{v}"][i].mean() for i, (r, _) in enumerate(runs) if r["name"] == s["name"]])
+        for i, (s, seed, beta) in enumerate(runs):
+            record_curve(arm_name(cfg, v, beta), unit_label(s["name"], seed), saved[f"rewards_{v}"][i])
+        for beta in cfg.beta_sweep:
+            rows = [i for i, run in enumerate(runs) if run[2] == beta]
+            history[arm_name(cfg, v, beta)] = _learning_curve(
+                saved[f"rewards_{v}"][rows], [runs[i][:2] for i in rows], cfg.episodes
             )
+        for st in settings:
+            rows = [i for i, (r, _, beta) in enumerate(runs) if r["name"] == st["name"] and beta == cfg.bonus_scale]
+            summary[f"{v}_mean_reward_{st['name']}"] = float(np.mean([saved[f"rewards_{v}"][i].mean() for i in rows]))
     return TrainedArtifacts(out_dir, history=history, summary=summary)
 
 
@@ -231,19 +246,35 @@ def unit_label(setting: str, seed: int) -> str:
     return f"{setting}_seed{seed}"
 
 
-def record_curve(arm: str, unit: str, rewards: np.ndarray) -> None:
-    """Record a fixed-schedule run for the diagnostics: its best block is the last that improved on every earlier
-    block by more than ``FIT_MIN_DELTA``; one in the final block means it was still learning when K ran out."""
+def block_means(rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The learning curve as ``FIT_BLOCKS`` block means and their standard errors (per-episode spread)."""
     blocks = np.array_split(np.asarray(rewards, dtype=float), min(FIT_BLOCKS, len(rewards)))
-    best, best_value = 0, -np.inf
-    for b, block in enumerate(blocks):
-        if block.mean() > best_value + FIT_MIN_DELTA:
-            best, best_value = b, float(block.mean())
-    record_fit(arm, unit, best, len(blocks), False, None)
+    means = np.array([b.mean() for b in blocks])
+    errors = np.array([b.std(ddof=1) / np.sqrt(len(b)) if len(b) > 1 else np.inf for b in blocks])
+    return means, errors
+
+
+def best_block(rewards: np.ndarray) -> tuple[int, int]:
+    """(best block, blocks): the last block whose mean beat the best so far by more than ``FIT_Z`` standard errors
+    of the difference, so block-to-block noise on a plateau does not count as improving."""
+    means, errors = block_means(rewards)
+    best = 0
+    for b in range(1, len(means)):
+        if means[b] - means[best] > FIT_Z * np.hypot(errors[b], errors[best]):
+            best = b
+    return best, len(means)
+
+
+def record_curve(arm: str, unit: str, rewards: np.ndarray) -> None:
+    """Record a fixed-schedule run for the diagnostics (``best_block``): a best block in the final tenth of K means
+    it was still learning when K ran out."""
+    best, blocks = best_block(rewards)
+    record_fit(arm, unit, best, blocks, False, None)
 
 
 def _learning_curve(rewards: np.ndarray, runs: list, episodes: int, points: int = 100) -> list[dict[str, float]]:
-    """~100 records: reward averaged over the last block and cumulative regret vs V*, seed-averaged."""
+    """~100 records: reward averaged over the last block and cumulative regret vs V*, seed-averaged; ``runs`` are
+    the (setting, seed) of the rows of ``rewards``."""
     block = max(1, episodes // points)
     records = []
     for end in range(block, episodes + 1, block):
@@ -271,7 +302,11 @@ def load_model(cfg: Config, model_dir: Path) -> GreedyPolicy:
     """SleepingUCBVI's greedy policy on the main setting (seed ``cfg.seed``): rows (stage, state, mask) -> action."""
     runs = _load_runs(model_dir)
     main = str(runs["main_setting"])
-    candidates = [i for i, n in enumerate(runs["run_setting"]) if str(n) == main]
+    candidates = [
+        i
+        for i, (n, beta) in enumerate(zip(runs["run_setting"], runs["run_beta"]))
+        if str(n) == main and float(beta) == cfg.bonus_scale
+    ]
     index = next((i for i in candidates if int(runs["run_seed"][i]) == cfg.seed), candidates[0])
     n_states = int(runs["n_states"][index])
     return GreedyPolicy(runs["q_method"][index][:, :n_states, :], uses_availability=True, name=f"SleepingUCBVI/{main}")
@@ -280,38 +315,57 @@ def load_model(cfg: Config, model_dir: Path) -> GreedyPolicy:
 # ----------------------------------------------------------------------------- evaluation
 
 
+def beta_suffix(cfg: Config, beta: float) -> str:
+    """Metric-name suffix of a beta: "" at the deciding one (the claim's names), ``_beta0.3`` elsewhere."""
+    return "" if beta == cfg.bonus_scale else f"_beta{beta:g}"
+
+
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
-    """Last-10 % reward, regret vs exact V*, exact value of the final greedy policies, per setting."""
+    """Last-10 % reward, regret vs exact V*, exact value of the final greedy policies, per setting and beta."""
     settings = load_settings(data)
     runs = _load_runs(artifacts.model_dir)
     names = [str(n) for n in runs["run_setting"]]
+    run_betas = [float(b) for b in runs["run_beta"]]
     K = runs["rewards_method"].shape[1]
     last = max(1, int(round(LAST_FRACTION * K)))
     metrics = Metrics({}, [])
     values = metrics.values
-    for s in settings:
-        name, rows = s["name"], [i for i, n in enumerate(names) if n == s["name"]]
-        mdp = load_mdp(data, name)
-        values[f"reference/v_star_{name}"] = s["v_star"]
-        values[f"reference/v_agnostic_{name}"] = s["v_agnostic"]
-        for variant in VARIANTS:
-            rewards = runs[f"rewards_{variant}"][rows]
-            final = rewards[:, -last:].mean(axis=1)
-            metrics.add_units(
-                f"last10_reward_{name}", variant, final, [f"seed{int(runs['run_seed'][i])}" for i in rows]
+    for beta in cfg.beta_sweep:
+        tail = beta_suffix(cfg, beta)
+        for s in settings:
+            name = s["name"]
+            rows = [i for i, (n, b) in enumerate(zip(names, run_betas)) if n == name and b == beta]
+            mdp = load_mdp(data, name)
+            values[f"reference/v_star_{name}"] = s["v_star"]
+            values[f"reference/v_agnostic_{name}"] = s["v_agnostic"]
+            for variant in VARIANTS:
+                rewards = runs[f"rewards_{variant}"][rows]
+                final = rewards[:, -last:].mean(axis=1)
+                labels = [f"seed{int(runs['run_seed'][i])}" for i in rows]
+                metrics.add_units(f"last10_reward_{name}{tail}", variant, final, labels)
+                values[f"{variant}/last10_reward_{name}{tail}"] = float(final.mean())
+                values[f"{variant}/regret_{name}{tail}"] = float((K * s["v_star"] - rewards.sum(axis=1)).mean())
+                values[f"{variant}/policy_value_{name}{tail}"] = float(
+                    np.mean([_policy_value(mdp, runs[f"q_{variant}"][i], variant) for i in rows])
+                )
+                # Runs still learning in the last tenth of K (what the "still improving" diagnostic will read).
+                values[f"{variant}/still_improving_runs_{name}{tail}"] = float(
+                    sum(best_block(r)[0] == best_block(r)[1] - 1 for r in rewards)
+                )
+            values[f"method/gap_{name}{tail}"] = (
+                values[f"method/last10_reward_{name}{tail}"] - values[f"baseline/last10_reward_{name}{tail}"]
             )
-            values[f"{variant}/last10_reward_{name}"] = float(final.mean())
-            values[f"{variant}/regret_{name}"] = float((K * s["v_star"] - rewards.sum(axis=1)).mean())
-            values[f"{variant}/policy_value_{name}"] = float(
-                np.mean([_policy_value(mdp, runs[f"q_{variant}"][i], variant) for i in rows])
-            )
-        values[f"method/gap_{name}"] = values[f"method/last10_reward_{name}"] - values[f"baseline/last10_reward_{name}"]
     main = _main_setting(settings)
     for variant in VARIANTS:
         values[f"{variant}/last10_reward_main"] = values[f"{variant}/last10_reward_{main}"]
+    folder = out_dir / "plots"
+    deciding = [i for i, b in enumerate(run_betas) if b == cfg.bonus_scale]
+    at_beta = {k: (v[deciding] if k.startswith(("rewards_", "run_")) else v) for k, v in runs.items()}
     metrics.figures = [
-        plot_rewards(cfg, settings, runs, out_dir / "plots"),
-        plot_regret(settings, runs, out_dir / "plots"),
+        plot_rewards(cfg, settings, at_beta, folder),
+        plot_regret(settings, at_beta, folder),
+        plot_regret_by_beta(cfg, settings, runs, folder),
+        plot_beta_sweep(cfg, settings, values, folder),
     ]
     return metrics
 
@@ -351,16 +405,63 @@ def _abs_mean_criterion(name: str, statement: str, deviations: UnitValues, thres
     )
 
 
+def setting_criteria(metrics: Metrics, n: str, tail: str = "") -> list[Criterion]:
+    """Criteria (i)-(iii) on setting ``n`` at one beta (metric suffix ``tail``), over the paired seeds."""
+    v = metrics.values
+    v_star, v_agn = v[f"reference/v_star_{n}"], v[f"reference/v_agnostic_{n}"]
+    per_seed = metrics.paired(f"last10_reward_{n}{tail}", *VARIANTS)
+    return [
+        _abs_mean_criterion(
+            f"sleeping_error_{n}",
+            f"{n}: |SleepingUCBVI last-10% reward - V*| (V* = {v_star:.3f})",
+            per_seed["method"] - v_star,
+            TOLERANCE,
+        ),
+        V.mean_criterion(
+            f"ucbvi_excess_{n}",
+            f"{n}: UCBVI last-10% reward - V*_agnostic (= {v_agn:.3f})",
+            per_seed["baseline"] - v_agn,
+            TOLERANCE,
+            "<=",
+            units="seeds",
+            covers=COVERS,
+        ),
+        V.difference_criterion(
+            f"gap_ratio_{n}",
+            f"{n}: (SleepingUCBVI - UCBVI last-10% reward) / (V* - V*_agnostic)",
+            per_seed["method"],
+            per_seed["baseline"],
+            0.5,
+            ">=",
+            units="paired seeds",
+            scale=1.0 / (v_star - v_agn),
+            covers=COVERS,
+        ),
+    ]
+
+
+def beta_range(holding: dict[float, bool]) -> str:
+    """The betas of the sweep where every criterion holds, in words."""
+    where = [b for b, ok in holding.items() if ok]
+    if not where:
+        return "at no beta of the sweep"
+    return (
+        f"at beta in {{{', '.join(f'{b:g}' for b in where)}}} of the sweep {{{', '.join(f'{b:g}' for b in holding)}}}"
+    )
+
+
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     """Criteria (i)-(iii) on the main and second settings over the paired seeds (both algorithms run on
-    each seed's random stream); DP-table and control checks as sanity."""
+    each seed's random stream) at the deciding beta; the same criteria at every beta of the sweep, reported
+    beside them (the beta range where the claim holds); DP-table and control checks as sanity."""
     settings, horizon, _ = resolve_settings(cfg)
     v = metrics.values
     figures: dict[str, float] = {}
     criteria: list[Criterion] = []
     controls: list[Control] = []
     separations: list[Separation] = []
-    for s in (s for s in settings if s.role in ("main", "second")):
+    judged = [s for s in settings if s.role in ("main", "second")]
+    for s in judged:
         n = s.name
         v_star, v_agn = v[f"reference/v_star_{n}"], v[f"reference/v_agnostic_{n}"]
         sleeping, ucbvi = v[f"method/last10_reward_{n}"], v[f"baseline/last10_reward_{n}"]
@@ -373,36 +474,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         figures[f"sleeping_error_{n}"] = abs(sleeping - v_star)  # (i) <= 0.3
         figures[f"ucbvi_excess_{n}"] = ucbvi - v_agn  # (ii) <= 0.3
         figures[f"gap_ratio_{n}"] = (sleeping - ucbvi) / (v_star - v_agn)  # (iii) >= 0.5
-        per_seed = metrics.paired(f"last10_reward_{n}", *VARIANTS)
-        criteria += [
-            _abs_mean_criterion(
-                f"sleeping_error_{n}",
-                f"{n}: |SleepingUCBVI last-10% reward - V*| (V* = {v_star:.3f})",
-                per_seed["method"] - v_star,
-                TOLERANCE,
-            ),
-            V.mean_criterion(
-                f"ucbvi_excess_{n}",
-                f"{n}: UCBVI last-10% reward - V*_agnostic (= {v_agn:.3f})",
-                per_seed["baseline"] - v_agn,
-                TOLERANCE,
-                "<=",
-                units="seeds",
-                covers=COVERS,
-            ),
-            V.difference_criterion(
-                f"gap_ratio_{n}",
-                f"{n}: (SleepingUCBVI - UCBVI last-10% reward) / (V* - V*_agnostic)",
-                per_seed["method"],
-                per_seed["baseline"],
-                0.5,
-                ">=",
-                units="paired seeds",
-                scale=1.0 / (v_star - v_agn),
-                covers=COVERS,
-            ),
-        ]
+        criteria += setting_criteria(metrics, n)
         if s.role == "main":  # negative control: availability-agnostic UCBVI's runs scored as SleepingUCBVI
+            per_seed = metrics.paired(f"last10_reward_{n}", *VARIANTS)
             controls.append(
                 Control(
                     f"sleeping_error_{n}",
@@ -425,11 +499,40 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             )
         )
 
+    # The beta sweep: the same criteria at every beta (not part of the verdict; the statement names where they hold).
+    holding: dict[float, bool] = {}
+    sweep_notes, explained = [], {}
+    for beta in cfg.beta_sweep:
+        tail = beta_suffix(cfg, beta)
+        at_beta = [c for s in judged for c in setting_criteria(metrics, s.name, tail)]
+        holding[beta] = bool(at_beta) and all(c.state == "holds" for c in at_beta)
+        figures[f"beta{beta:g}_criteria_holding"] = float(sum(c.state == "holds" for c in at_beta))
+        figures[f"beta{beta:g}_holds"] = float(holding[beta])
+        for c in at_beta:
+            figures[f"{c.name}_beta{beta:g}"] = c.estimate
+        for s in settings:
+            for variant in VARIANTS:
+                figures[f"{variant}_regret_{s.name}_beta{beta:g}"] = v[f"{variant}/regret_{s.name}{tail}"]
+        failing = [c.describe() for c in at_beta if c.state != "holds"]
+        sweep_notes.append(
+            f"beta={beta:g}: {len(at_beta) - len(failing)}/{len(at_beta)} hold"
+            + (f" ({'; '.join(failing)})" if failing else "")
+        )
+        if beta != cfg.bonus_scale:
+            for variant in VARIANTS:
+                improving = sum(v[f"{variant}/still_improving_runs_{s.name}{tail}"] for s in settings)
+                if improving:
+                    explained[f"still_improving:{arm_name(cfg, variant, beta)}"] = (
+                        f"reported, not judged: at beta={beta:g} {int(improving)} run(s) still learn at K="
+                        f"{cfg.episodes} (the theory constants, beta=1, need ~80k episodes; paper scale runs K=200k); "
+                        f"the verdict is decided at beta={cfg.bonus_scale:g}"
+                    )
+
     sanity: dict[str, bool] = {}
     for s in settings:
         n, v_star, v_agn = s.name, v[f"reference/v_star_{s.name}"], v[f"reference/v_agnostic_{s.name}"]
         table = BRIEF_TABLE.get((s.grid, s.safe_prob)) if horizon == 10 else None
-        if table is not None:  # the brief: "to 0.01" (its values are printed with 2 decimals)
+        if table is not None:  # docs/methods/sleeping_rl.md: "to 0.01" (its values are printed with 2 decimals)
             sanity[f"dp_matches_table_{n}"] = abs(v_star - table[0]) <= 0.01 and abs(v_agn - table[1]) <= 0.01
         # no policy beats the optimum; UCBVI's availability-blind policy cannot beat V*_agnostic
         sanity[f"policy_values_bounded_{n}"] = (
@@ -449,12 +552,14 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     statement = (
         "SleepingUCBVI reaches the availability-aware optimum V* (|last-10% reward - V*| <= 0.3) while UCBVI "
         "plateaus at the best availability-agnostic value (<= V*_agnostic + 0.3), and the gap is at least "
-        "half of V* - V*_agnostic, on FrozenLake g=2,p=0.25 and g=3,p=0.5"
+        f"half of V* - V*_agnostic, on FrozenLake g=2,p=0.25 and g=3,p=0.5 (decided at beta={cfg.bonus_scale:g}, "
+        f"K={cfg.episodes}; all criteria hold {beta_range(holding)})"
     )
     notes = (
         f"beta={cfg.bonus_scale:g} (theory constants: beta=1), K={cfg.episodes}, seeds={run_seeds(cfg)}, "
-        f"variance={'official quirk' if cfg.variance_quirk else 'empirical'}, scale={cfg.scale.value}"
+        f"variance={'official quirk' if cfg.variance_quirk else 'empirical'}, scale={cfg.scale.value}. "
+        f"Beta sweep (same seeds and random streams): {'; '.join(sweep_notes)}."
     )
     if not criteria:
         notes += "; no main/second setting configured, so the paper's claim was not measured"
-    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations, explained)

@@ -71,3 +71,52 @@ def plot_regret(settings: list[dict], runs: dict, plots: Path) -> Path:
         ax.set_ylabel("cumulative regret vs exact V*")
         ax.legend(fontsize=7, loc="upper left")
     return plotting.save(fig, plots / "cumulative_regret.png")
+
+
+def plot_regret_by_beta(cfg: Config, settings: list[dict], runs: dict, plots: Path) -> Path:
+    """Cumulative regret vs the exact V* per setting, one colour per beta of the sweep (seed means; solid
+    SleepingUCBVI, dashed UCBVI)."""
+    plt = plotting.pyplot()
+    fig, axes = _grid(len(settings))
+    names = [str(n) for n in runs["run_setting"]]
+    betas = [float(b) for b in runs["run_beta"]]
+    colours = plt.cm.viridis(np.linspace(0.0, 0.9, len(cfg.beta_sweep)))
+    for ax, s in zip(axes, settings):
+        for colour, beta in zip(colours, cfg.beta_sweep):
+            rows = [i for i, (n, b) in enumerate(zip(names, betas)) if n == s["name"] and b == beta]
+            for variant, style in (("method", "-"), ("baseline", "--")):
+                rewards = runs[f"rewards_{variant}"][rows]
+                episodes = np.arange(1, rewards.shape[1] + 1)
+                regret = (episodes * s["v_star"] - np.cumsum(rewards, axis=1)).mean(axis=0)
+                label = f"{LABELS[variant][0]}, beta={beta:g}" + (" (deciding)" if beta == cfg.bonus_scale else "")
+                ax.plot(episodes, regret, color=colour, ls=style, lw=1.4, label=label)
+        ax.set_title(f"g={s['grid']}, p={s['safe_prob']:g} ({s['role']})")
+        ax.set_xlabel("episode k")
+        ax.set_ylabel("cumulative regret vs exact V*")
+        ax.legend(fontsize=6, loc="upper left", ncol=2)
+    fig.suptitle(f"Regret per beta ({cfg.n_seeds} seed(s), the same random streams at every beta)")
+    return plotting.save(fig, plots / "cumulative_regret_by_beta.png")
+
+
+def plot_beta_sweep(cfg: Config, settings: list[dict], values: dict, plots: Path) -> Path:
+    """Last-10% reward of both algorithms against beta, with V* and V*_agnostic and the claim's tolerance bands."""
+    fig, axes = _grid(len(settings))
+    for ax, s in zip(axes, settings):
+        for variant in VARIANTS:
+            label, colour = LABELS[variant]
+            rewards = [
+                values[f"{variant}/last10_reward_{s['name']}" + ("" if b == cfg.bonus_scale else f"_beta{b:g}")]
+                for b in cfg.beta_sweep
+            ]
+            ax.plot(cfg.beta_sweep, rewards, "o-", color=colour, label=label)
+        for ref, style, name in ((s["v_star"], "--", "V*"), (s["v_agnostic"], ":", "V*_agnostic")):
+            ax.axhline(ref, color="k", ls=style, lw=1, label=f"{name} = {ref:.2f}")
+            ax.axhspan(ref - 0.3, ref + 0.3, color="grey", alpha=0.1)
+        ax.axvline(cfg.bonus_scale, color="red", lw=0.8, ls=":", label=f"deciding beta {cfg.bonus_scale:g}")
+        ax.set_xscale("log")
+        ax.set_title(f"g={s['grid']}, p={s['safe_prob']:g} ({s['role']})")
+        ax.set_xlabel("beta (bonus scale)")
+        ax.set_ylabel("last-10% reward (seed mean)")
+        ax.legend(fontsize=6, loc="lower left")
+    fig.suptitle(f"Beta sweep at K={cfg.episodes}")
+    return plotting.save(fig, plots / "beta_sweep.png")

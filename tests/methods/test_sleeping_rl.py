@@ -155,7 +155,7 @@ def test_simulator_agrees_with_dynamic_programming():
 
 def _reference_plan(agent, run: int, mdp_size: int, sleeping: bool, quirk: bool):
     """Plain-loop backward induction written from the brief's formulas, one run, unpadded."""
-    S, A, Hz, beta = mdp_size, agent.A, agent.H, agent.beta
+    S, A, Hz, beta = mdp_size, agent.A, agent.H, float(agent.beta[run])  # beta is per run (the sweep is batched)
     K = agent.K
     N_sas = agent.N_sas[run, :S, :, :S]
     N_sa = agent.N_sa[run, :S]
@@ -336,7 +336,7 @@ def test_smoke_pipeline(smoke_run):
     run = smoke_run("sleeping_rl")
     cfg, artifacts, metrics, result = run.cfg, run.artifacts, run.metrics, run.claim
 
-    assert set(artifacts.history) == {"method", "baseline"}
+    assert set(artifacts.history) == {"method", "baseline", "method_beta1", "baseline_beta1"}
     assert len(artifacts.history["method"]) == 100 and artifacts.history["method"][-1]["step"] == cfg.episodes
     assert SPEC.primary_metric in metrics.values and not metrics.non_finite()
     for name in ("g2_p025", "g2_p1"):
@@ -349,13 +349,23 @@ def test_smoke_pipeline(smoke_run):
     assert "control_within_tol_g2_p1" not in result.sanity  # a default-scale check only
     assert {"sleeping_error_g2_p025", "ucbvi_excess_g2_p025", "gap_ratio_g2_p025"} <= set(result.figures)
     assert isinstance(result.holds, bool) and "beta=0.1" in result.notes
-    # Only the main setting is at smoke scale: its three criteria, one seed each (no interval).
+    # Only the main setting is at smoke scale: its three criteria, over two paired seeds.
     assert [c.name for c in result.criteria] == ["sleeping_error_g2_p025", "ucbvi_excess_g2_p025", "gap_ratio_g2_p025"]
     for c in result.criteria:
-        assert c.estimate == pytest.approx(result.figures[c.name]) and c.n_units == 1 and c.state != "holds"
+        assert c.estimate == pytest.approx(result.figures[c.name]) and c.n_units == 2 and c.labels == ("seed0", "seed1")
     ref = run.dataset
     assert ref.source == "synthetic" and "g2_p025" in ref.provenance
-    assert {p.name for p in metrics.figures} == {"reward_curves.png", "cumulative_regret.png"}
+    assert {p.name for p in metrics.figures} == {
+        "reward_curves.png",
+        "cumulative_regret.png",
+        "cumulative_regret_by_beta.png",
+        "beta_sweep.png",
+        "diagnostics_fits.png",  # the spine's figure of every recorded fit
+    }
+    # The sweep's beta (1.0 at smoke) runs beside the deciding one, on the same seeds, with its own units.
+    assert set(metrics.unit("last10_reward_g2_p025_beta1", "method").labels) == {"seed0", "seed1"}
+    assert {"method_beta1", "baseline_beta1"} <= set(artifacts.history)
+    assert "beta=1:" in result.notes and "decided at beta=0.1" in result.statement
     assert all(p.is_file() and p.stat().st_size > 10_000 for p in metrics.figures)
 
     policy = SPEC.module().load_model(cfg, run.layout.model_dir)
@@ -379,10 +389,15 @@ def _claim_metrics(cfg, last10):
             f"method/policy_value_{s.name}": v_star,
             f"baseline/policy_value_{s.name}": v_agn,
         }
-        for variant, default in (("method", v_star), ("baseline", v_agn)):
-            rewards = last10.get((variant, s.name), [default] * cfg.n_seeds)
-            metrics.add_units(f"last10_reward_{s.name}", variant, rewards, [f"seed{seed}" for seed in run_seeds(cfg)])
-            values[f"{variant}/last10_reward_{s.name}"] = float(np.mean(rewards))
+        for beta in cfg.beta_sweep:
+            tail = "" if beta == cfg.bonus_scale else f"_beta{beta:g}"
+            for variant, default in (("method", v_star), ("baseline", v_agn)):
+                rewards = last10.get((variant, s.name, beta), last10.get((variant, s.name), [default] * cfg.n_seeds))
+                labels = [f"seed{seed}" for seed in run_seeds(cfg)]
+                metrics.add_units(f"last10_reward_{s.name}{tail}", variant, rewards, labels)
+                values[f"{variant}/last10_reward_{s.name}{tail}"] = float(np.mean(rewards))
+                values[f"{variant}/regret_{s.name}{tail}"] = 0.0
+                values[f"{variant}/still_improving_runs_{s.name}{tail}"] = 0.0
     return metrics
 
 
@@ -420,3 +435,53 @@ def test_claim_criteria_over_paired_seeds_hold_fail_or_straddle():
     excess = result.criterion("ucbvi_excess_g3_p05")
     assert excess.low < TOLERANCE < excess.high and excess.state == "inconclusive"
     assert result.verdict == "inconclusive"
+
+
+def test_claim_states_the_beta_range_where_it_holds():
+    """The verdict is decided at the deciding beta; the statement names the betas of the sweep where every criterion
+    holds, and a sweep beta whose runs were still learning is explained (reported, not judged)."""
+    from models.sleeping_rl.pipeline import claim
+
+    cfg = SPEC.make_config("default", {"n_seeds": 3})
+    good = {
+        ("method", "g2_p025"): [7.70, 7.72, 7.74],
+        ("baseline", "g2_p025"): [6.22, 6.24, 6.23],
+        ("method", "g3_p05"): [5.76, 5.78, 5.80],
+        ("baseline", "g3_p05"): [4.12, 4.14, 4.13],
+    }
+    slow = {("method", "g3_p05", 1.0): [4.10, 4.20, 4.00], ("method", "g3_p05", 0.3): [5.30, 5.40, 5.35]}
+    metrics = _claim_metrics(cfg, good | slow)
+    metrics.values["method/still_improving_runs_g3_p05_beta1"] = 3.0
+    result = claim(cfg, metrics)
+    assert result.verdict == "holds"  # decided at beta = 0.1
+    assert "hold at beta in {0.01, 0.03, 0.1} of the sweep {0.01, 0.03, 0.1, 0.3, 1}" in result.statement
+    assert result.figures["beta1_holds"] == 0.0 and result.figures["beta0.1_holds"] == 1.0
+    assert set(result.explained) == {"still_improving:method_beta1"}
+
+
+@pytest.mark.numerics
+@pytest.mark.parametrize("agent_cls", [UCBVI, SleepingUCBVI])
+def test_a_run_plays_the_same_stream_whichever_betas_share_its_batch(agent_cls):
+    """Batching the beta sweep changes no run: a (setting, seed) run at beta = 1 alone and beside other betas
+    (its own random stream) ends with the same optimistic Q to a float64 tolerance of 1e-9 (another summation
+    order may move the last bits) and plays the same episodes (0/1 rewards, so a flipped argmax would show)."""
+    mdps = [frozen_lake(2, 0.25, H)]
+    seed = [np.random.SeedSequence([0, 7])]
+    single = agent_cls(RunBatch.stack(mdps), 60, 1.0)
+    alone = train_agent(single, RunBatch.stack(mdps), seed, 60)
+    batch = RunBatch.stack(mdps * 3)
+    grouped = agent_cls(batch, 60, np.array([0.01, 1.0, 0.1]))
+    together = train_agent(grouped, batch, seed * 3, 60)
+    np.testing.assert_allclose(grouped.Q[1], single.Q[0], rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(together[1], alone[0], rtol=0, atol=1e-9)
+    assert np.abs(grouped.Q[0] - grouped.Q[1]).max() > 0.1  # beta matters
+
+
+def test_still_improving_reads_a_rise_not_plateau_noise():
+    from models.sleeping_rl.pipeline import best_block
+
+    rng = np.random.default_rng(0)
+    plateau = np.clip(np.r_[np.linspace(0, 6, 1000), np.full(4000, 6.0)] + rng.normal(0, 3, 5000), 0, 10)
+    assert best_block(plateau)[0] < 9
+    rising = np.clip(np.linspace(0, 8, 5000) + rng.normal(0, 1, 5000), 0, 10)
+    assert best_block(rising) == (9, 10)
