@@ -131,12 +131,12 @@ class Config(MethodConfig):
             "data.sweep_d": [1, 5, 20],
             "data.sweep_m": [10, 50],
             "data.sweep_shift": [0.0, 0.4],
-            "data.replicates": 1,
+            "data.replicates": 2,  # >= 2 units: an interval with a spread (power is then defined)
             "data.estimate_settings": [{"d": 10, "m": 100, "shift": 0.5}],
             "data.heavy.settings": [{"d": 10, "m": 100, "shift": 0.5}],
             "data.heavy.quadrature_points": 801,
             "data.real.datasets": ["kidiq", "kilpisjarvi_mod"],
-            "data.real.splits": 1,
+            "data.real.splits": 2,
             "snr_repeats": 4000,  # the 10 % theory check needs a few % standard error
             "estimate_samples": 1000,
             "estimate_repeats": 3,

@@ -22,8 +22,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from models.common import evidence
 from models.common.lightning import fit
-from models.common.selection import Patience
+from models.common.selection import Patience, Selection
 from models.ppd_snr.networks import FullRankGaussianProposal, GaussianProposal
 
 
@@ -107,13 +108,23 @@ def initial_proposal(target, full_rank: bool) -> GaussianProposal | FullRankGaus
     return GaussianProposal(q.mean.cpu(), std.cpu())
 
 
-def fit_proposals(cfg, targets: list, proxy: str, generator: torch.Generator, seed: int, full_rank: bool = False):
+def fit_proposals(
+    cfg,
+    targets: list,
+    proxy: str,
+    generator: torch.Generator,
+    seed: int,
+    full_rank: bool = False,
+    arm: str = "",
+    units: list[str] | None = None,
+):
     """Adam on the proxy from r = q at every learning rate of the grid, for every target (module docstring).
 
     The noise of every step and the validation batch are drawn up front from ``generator``, target by target
     (the "dataset" of the fit). Returns per target: the chosen proposal, its learning curve (with the r = q
     start) and the selection summary (chosen lr, its best step, validation checks run, best validation loss
-    and the validation loss of every grid point)."""
+    and the validation loss of every grid point). With ``arm`` every target's learning-rate search and its
+    chosen fit are recorded for the verdict diagnostics (unit: the target's name in ``units``)."""
     pc = cfg.proposal
     train_noise, val_noise = [], []
     for target in targets:
@@ -152,9 +163,18 @@ def fit_proposals(cfg, targets: list, proxy: str, generator: torch.Generator, se
         summary |= {f"val_loss_lr{lr:g}": float(x) for lr, x in zip(pc.lr_grid, scores)}
         start = {"step": 0, **exact_diagnostics(starts[t], target)}
         out.append((copy.deepcopy(proposal), [start] + curve, summary))
+        if arm:
+            unit = units[t] if units else f"target{t}"
+            table = [{"lr": float(lr), "val_loss": float(x)} for lr, x in zip(pc.lr_grid, scores)]
+            eligible = any(math.isfinite(x) for x in scores)
+            chosen_point = {"lr": float(pc.lr_grid[chosen])}
+            evidence.record_selection(
+                Selection(arm, chosen_point, float(scores[chosen]), "loss", False, table, unit, eligible).record()
+            )
+            module.patience[t][chosen].record(arm, unit)
     return out
 
 
 def fit_proposal(cfg, target, proxy: str, generator: torch.Generator, seed: int, full_rank: bool = False):
-    """``fit_proposals`` for a single target."""
+    """``fit_proposals`` for a single target (not recorded for the diagnostics)."""
     return fit_proposals(cfg, [target], proxy, generator, seed, full_rank)[0]

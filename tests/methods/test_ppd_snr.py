@@ -311,7 +311,7 @@ def test_smoke_pipeline(smoke_run):
     run = smoke_run("ppd_snr")
     cfg, artifacts, metrics, result, root = run.cfg, run.artifacts, run.metrics, run.claim, run.root
     v = metrics.values
-    assert not metrics.non_finite() and len(metrics.figures) == 5
+    assert not metrics.non_finite() and len(metrics.figures) == 7  # five of the method, two of the diagnostics
     assert all(result.sanity.values()), result.sanity
     assert run.dataset.meta["source"] == "real" and "posteriordb/kidiq.json.zip" in run.dataset.meta["provenance"]
     hard = "d10_m100_s0p50"
@@ -329,9 +329,9 @@ def test_smoke_pipeline(smoke_run):
     assert mc["estimate"] == pytest.approx(v["baseline/err_hardest"]) and mc["n_units"] == cfg.estimate_repeats
     assert result.criterion("is_err_hardest_lt_plus1").estimate == pytest.approx(v["method/err_hardest"])
     assert result.criterion("heavy_mc_err_hardest").n_units == cfg.heavy_repeats
-    # One data replicate and one split at smoke: those criteria have no interval, so at best inconclusive.
-    assert result.criterion("delta_increases_d").state == "inconclusive" and result.verdict != "holds"
-    assert result.criterion("real_is_worst_abs_err").state == "inconclusive"
+    # Two data replicates and two splits at smoke: every criterion has a spread (and a defined power).
+    assert result.criterion("delta_increases_d").n_units == cfg.data.replicates == 2
+    assert result.criterion("real_is_worst_abs_err").n_units == cfg.data.real.splits == 2
     assert any(k.startswith("select/") and k.endswith("/lr") for k in artifacts.summary)
     bank = SPEC.module().load_model(cfg, root / "outputs" / "ppd_snr" / "model")
     z = bank.get(bank.primary).sample(5, _gen())
@@ -357,26 +357,35 @@ def _claim_metrics(
     from models.ppd_snr.data import tag
     from models.ppd_snr.pipeline import sweep_axes
 
-    v = {}
+    metrics = Metrics({})
+    v = metrics.values
+    replicates = [f"replicate{r}" for r in range(cfg.data.replicates)]
+    done = set()
     for _, points in sweep_axes(cfg).values():
         for d, m, shift in points:  # the base point lies on all three sweeps: its values depend on it alone
-            for r in range(cfg.data.replicates):
-                key = f"snr/{tag(d, m, shift)}_r{r}"
-                v[f"{key}/delta"] = (1 + step_noise * (-1) ** r) * (d + m + 10 * shift)
-                v[f"{key}/snr_empirical"], v[f"{key}/snr_rel_se"] = 100.0 - (d + m + 10 * shift), 0.01
+            if (d, m, shift) in done:
+                continue
+            done.add((d, m, shift))
+            t = tag(d, m, shift)
+            deltas = [(1 + step_noise * (-1) ** r) * (d + m + 10 * shift) for r in range(cfg.data.replicates)]
+            metrics.add_units(f"delta_{t}", "simple_mc", deltas, replicates)
+            metrics.add_units(
+                f"snr_empirical_{t}", "simple_mc", [100.0 - (d + m + 10 * shift)] * len(deltas), replicates
+            )
+            metrics.add_units(f"snr_rel_se_{t}", "simple_mc", [0.01] * len(deltas), replicates)
     hard = "d10_m100_s0p50"
-    for variant, errors in (("baseline", mc_errors), ("method", is_errors)):
-        for j, err in enumerate(errors):
-            v[f"{variant}/repeat{j}/err_hardest"] = err
+    unfitted = [-40.0 - j for j in range(len(mc_errors))]  # r = q with the IS estimate's K: far off
+    for variant, errors in (("baseline", mc_errors), ("method", is_errors), ("control_unfitted", unfitted)):
+        metrics.add_units("err_hardest", variant, errors, [f"repeat{j}" for j in range(len(errors))])
         v[f"{variant}/err_hardest"] = float(np.mean(errors))
         v[f"{variant}/max_abs_err_hardest"] = float(np.max(np.abs(errors)))
     heavy = "t_d10_m100_s0p50"
-    for variant, errors in (("baseline", heavy_mc), ("method", heavy_is)):
-        for j, err in enumerate(errors):
-            v[f"heavy/{variant}/repeat{j}/err_hardest"] = err
-    for j in range(cfg.data.real.splits):
-        for name in cfg.data.real.datasets:
-            v[f"real/{name}_s{j}/method/err"] = real_is[j]
+    heavy_unfitted = [-70.0 - j for j in range(len(heavy_mc))]
+    for variant, errors in (("baseline", heavy_mc), ("method", heavy_is), ("control_unfitted", heavy_unfitted)):
+        metrics.add_units("heavy_err_hardest", variant, errors, [f"repeat{j}" for j in range(len(errors))])
+    for name in cfg.data.real.datasets:
+        splits = [f"split{j}" for j in range(cfg.data.real.splits)]
+        metrics.add_units(f"real_err_{name}", "method", list(real_is[: cfg.data.real.splits]), splits)
     v.update(
         {
             f"heavy/{heavy}/delta": 90.0,
@@ -397,6 +406,7 @@ def _claim_metrics(
             f"baseline/samples_{hard}": 2000.0,
             "baseline/sweep_err_Kmax": -20.0,
             f"method/ess_frac_{hard}": 0.9,
+            f"baseline/ess_frac_{hard}": 1e-4,
             "snr/max_rel_dev": 0.02,
             "snr/checked": 3.0,
             "snr/max_rel_se": 0.02,
@@ -406,7 +416,7 @@ def _claim_metrics(
             "check/delta_expfam_max_rel_err": 0.0,
         }
     )
-    return Metrics(v)
+    return metrics
 
 
 def _claim_cfg():
@@ -474,7 +484,7 @@ def test_claim_fails_when_the_hard_case_is_not_hard_and_is_inconclusive_when_rea
     assert worst.estimate == pytest.approx(0.7333, abs=1e-3) and worst.low < 1 < worst.high
     assert worst.state == "inconclusive" and straddle.verdict == "inconclusive"
     assert (
-        claim(cfg, _claim_metrics(cfg, *good, real_is=(2.0, 1.5, 2.5))).criterion("real_is_worst_abs_err").state
+        claim(cfg, _claim_metrics(cfg, *good, real_is=(2.0, 2.1, 1.9))).criterion("real_is_worst_abs_err").state
         == "fails"
     )
 
