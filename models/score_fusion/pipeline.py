@@ -98,9 +98,11 @@ import torch
 
 from models.base import (
     ClaimResult,
+    Control,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
@@ -112,6 +114,7 @@ from models.common.arrays import save_npz
 from models.common.diffusion import DDPMSchedule, linear_betas
 from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, select_on_validation
+from models.common.units import unit_labels
 
 from . import plots
 from .algorithm import (
@@ -157,6 +160,13 @@ FUSION_ARMS: dict[str, FusionMode] = {"method": "full", "ablation_residual_only"
 CLAIM_SAMPLERS = ("method", "ablation_residual_only", "baseline")
 SAMPLERS = (*CLAIM_SAMPLERS, "baseline_tpdm", "baseline_axial")
 EPS_RATIO_MAX = 0.95  # the brief's claim: eps-MSE(Score-Fusion) <= 0.95 x eps-MSE(merge)
+CONTROL_ARM = "control_untrained_fusion"  # the method's fusion net at its initial weights (= merge by design)
+SHARED_UNIT = "all_seeds"  # the unit label of the one set of 2-D models every seed shares (stage1_per_seed off)
+# The random draws a paired seed varies (the 2-D models of stage 1 are shared unless stage1_per_seed).
+COVERS = (
+    "fusion training seed (fusion-net initial weights, batch order, training noise)",
+    "evaluation noise (diffusion steps, noise draws, DDIM start noise)",
+)
 
 
 # ----------------------------------------------------------------------------- data
@@ -242,15 +252,16 @@ def trainer_kwargs(cfg: Config) -> dict:
 
 
 def fit_slice_model(
-    cfg: Config, arrays: dict, schedule: DDPMSchedule, axis: int, lr: float, seed: int
+    cfg: Config, arrays: dict, schedule: DDPMSchedule, axis: int, lr: float, seed: int, arm: str = "", unit: str = ""
 ) -> tuple[float, Fitted]:
-    """Stage 1 for one slice direction at one learning rate; (best validation loss, the fit)."""
+    """Stage 1 for one slice direction at one learning rate; (best validation loss, the fit). With ``arm``
+    (and ``unit``) the fit is recorded for the verdict diagnostics."""
     seed = seed + 11 * (axis + 1)
     torch.manual_seed(seed)
     module = SliceDiffusion(SliceModel(axis, cfg.slice_net), schedule, cfg.slice_train, lr)
     k, tc = cfg.slice_net.neighbours, cfg.slice_train
     per_epoch = min(tc.epoch_steps, tc.steps)
-    callbacks = early_stopping_callbacks(SELECTION_METRIC["slice"], tc.patience)
+    callbacks = early_stopping_callbacks(SELECTION_METRIC["slice"], tc.patience, arm=arm, unit=unit)
     records = fit(
         module,
         random_batches(SliceSet(*residual_and_lr(arrays, "train"), axis, k), tc.batch_size, per_epoch, seed),
@@ -275,9 +286,11 @@ def fit_fusion(
     lr: float,
     seed: int,
     eps_cache: EpsCache | None = None,
+    unit: str = "",
 ) -> tuple[float, Fitted]:
     """Stage 2 for one fusion arm at one learning rate on frozen ``slices``; (best validation eps-MSE, fit).
-    ``eps_cache``: the 2-D epsilon passes shared with the other fits on the same ``slices``."""
+    ``eps_cache``: the 2-D epsilon passes shared with the other fits on the same ``slices``. With ``unit``
+    the fit is a compared one of ``arm``, recorded for the verdict diagnostics."""
     model = ScoreFusion(cfg.slice_net, cfg.fusion_net, FUSION_ARMS[arm])
     for axis, sm in enumerate(slices):
         model.slices[axis].load_state_dict(sm.state_dict())
@@ -289,7 +302,7 @@ def fit_fusion(
     # Each validation volume val_repeats times (each copy gets its own fixed t and noise).
     val_set = VolumeSet(r_val.repeat(tc.val_repeats, 1, 1, 1), lr_val.repeat(tc.val_repeats, 1, 1, 1))
     val_set = WithSteps(val_set, schedule.n_steps, cfg.seed)  # the same steps for every arm and seed
-    callbacks = early_stopping_callbacks(SELECTION_METRIC["fusion"], tc.patience)
+    callbacks = early_stopping_callbacks(SELECTION_METRIC["fusion"], tc.patience, arm=arm if unit else "", unit=unit)
     records = fit(
         module,
         random_batches(
@@ -325,9 +338,15 @@ def history_key(name: str, k: int) -> str:
     return name if k == 0 else f"{name}_seed{k}"
 
 
+def stage1_unit(cfg: Config, k: int) -> str:
+    """The unit label of seed ``k``'s 2-D models: its own, or one set shared by every seed."""
+    return f"seed{k}" if cfg.stage1_per_seed else SHARED_UNIT
+
+
 def train_stage1(cfg: Config, arrays: dict, schedule: DDPMSchedule, k: int, state: dict) -> list[SliceModel]:
     """The three 2-D models of paired seed ``k``; on the first call the axial model picks the learning rate."""
     seed, tc = seed_of(cfg, k), cfg.slice_train
+    unit = stage1_unit(cfg, k)
     fits: dict[int, Fitted] = {}
     if "slice_lr" not in state:
         selection, fits[0] = select_on_validation(
@@ -336,15 +355,19 @@ def train_stage1(cfg: Config, arrays: dict, schedule: DDPMSchedule, k: int, stat
             lambda point: fit_slice_model(cfg, arrays, schedule, 0, point["lr"], seed),
             metric="loss",
             higher_is_better=False,
+            unit=unit,
         )
+        fits[0].best.record(f"baseline_2d_{AXIS_NAMES[0]}", unit)  # the chosen point's fit is the axial model
         print(f"  selected {selection.describe()} (axial model; used for all three directions)", flush=True)
         state["slice_lr"] = selection.chosen["lr"]
         state["summary"].update(selection.summary())
         state["selections"]["baseline_2d"] = {"chosen": selection.chosen, "table": selection.table}
     for axis in range(3):
-        if axis not in fits:
-            fits[axis] = fit_slice_model(cfg, arrays, schedule, axis, state["slice_lr"], seed)[1]
         name = f"2d_{AXIS_NAMES[axis]}"
+        if axis not in fits:
+            fits[axis] = fit_slice_model(
+                cfg, arrays, schedule, axis, state["slice_lr"], seed, arm=f"baseline_{name}", unit=unit
+            )[1]
         state["history"][history_key(f"baseline_{name}", k)] = fits[axis].records
         state["summary"].update(fits[axis].best.summary(f"baseline_{name}/seed{k}"))
     return [fits[axis].net for axis in range(3)]
@@ -364,13 +387,17 @@ def train_stage2(
                 lambda point, arm=arm: fit_fusion(cfg, arrays, schedule, slices, arm, point["lr"], seed, eps_cache),
                 metric="eps_mse",
                 higher_is_better=False,
+                unit=f"seed{k}",
             )
+            fitted.best.record(arm, f"seed{k}")  # the chosen point's fit is this seed's compared one
             print(f"  selected {selection.describe()}", flush=True)
             state[f"{arm}_lr"] = selection.chosen["lr"]
             state["summary"].update(selection.summary())
             state["selections"][arm] = {"chosen": selection.chosen, "table": selection.table}
         else:
-            fitted = fit_fusion(cfg, arrays, schedule, slices, arm, state[f"{arm}_lr"], seed, eps_cache)[1]
+            fitted = fit_fusion(
+                cfg, arrays, schedule, slices, arm, state[f"{arm}_lr"], seed, eps_cache, unit=f"seed{k}"
+            )[1]
         state["history"][history_key(arm, k)] = fitted.records
         state["summary"].update(fitted.best.summary(f"{arm}/seed{k}"))
         merge_val = [r["val/merge_eps_mse"] for r in fitted.records if "val/merge_eps_mse" in r]
@@ -452,7 +479,7 @@ def eps_errors(
     t_all = steps.flatten()
     init_fusion = fresh_fusion_net(cfg, seed).to(r.device).eval()
     axes = [f"baseline_{name}" for name in AXIS_NAMES]
-    names = [*axes, "baseline", *FUSION_ARMS, "reference_gaussian_prior"]
+    names = [*axes, "baseline", *FUSION_ARMS, CONTROL_ARM, "reference_gaussian_prior"]
     mse = {name: torch.empty(n * k) for name in names}
     init_gap = weight_sum_err = 0.0
     abs_w = torch.zeros(3, dtype=torch.float64)
@@ -470,7 +497,10 @@ def eps_errors(
             "baseline": merged,
             "reference_gaussian_prior": (1 - ab).sqrt() * x_t / (ab * prior_var + 1 - ab),
         }
-        w_init = method.weights(x_t, c, t, eps3, init_fusion) if i == 0 else None  # one chunk checks it
+        w_init = method.weights(x_t, c, t, eps3, init_fusion)
+        # The negative control: the method's fusion at its initial weights (nothing learned in stage 2).
+        preds[CONTROL_ARM] = fuse(eps3, w_init, method.mode)
+        w_init = w_init if i == 0 else None  # one chunk checks the init gap
         for arm, model in models.items():
             w = model.weights(x_t, c, t, eps3)
             preds[arm] = fuse(eps3, w, model.mode)
@@ -607,13 +637,15 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     for k in range(cfg.n_seeds):
         models = {arm: m.to(device) for arm, m in load_arms(cfg, artifacts.model_dir, k).items()}
         per_seed.append(evaluate_seed(cfg, models, arrays, device, k))
+    metrics = Metrics({}, [])
+    labels = unit_labels("seed", cfg.n_seeds)
     v: dict[str, float] = {}
-    for k, result in enumerate(per_seed):  # per seed, so the claim's intervals are rebuilt from metrics alone
-        for key, value in result["values"].items():
-            prefix, metric = key.split("/", 1)
-            v[f"{prefix}/seed{k}/{metric}"] = value
-    for key in per_seed[0]["values"]:  # the mean over the seeds that measured it
-        v[key] = float(np.mean([result["values"][key] for result in per_seed if key in result["values"]]))
+    for key in per_seed[0]["values"]:
+        measured = [result["values"][key] for result in per_seed if key in result["values"]]
+        if len(measured) == len(per_seed):  # measured on every seed: the claim's paired units
+            arm, metric = key.split("/", 1)
+            metrics.add_units(metric, arm, measured, labels)
+        v[key] = float(np.mean(measured))  # the mean over the seeds that measured it
     for key in ("init_gap", "weight_sum_err", "pool_residual_max"):  # the worst seed for the must-pass checks
         v[f"method/{key}"] = max(result["values"][f"method/{key}"] for result in per_seed)
     v["method/slice_roundtrip_err"] = slice_roundtrip_error(arrays["hr_test"])
@@ -632,28 +664,27 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
                 "Score-Fusion": first["hr_hats"]["method"][0],
                 "ground truth": arrays["hr_test"][0],
             },
-            {name: float(first["psnr"][name][0]) for name in SAMPLERS} | {"lr": v["reference/seed0/lr_psnr"]},
+            {name: float(first["psnr"][name][0]) for name in SAMPLERS} | {"lr": first["values"]["reference/lr_psnr"]},
             plot_dir / "orthogonal_slices.png",
         ),
         plots.plot_training_curves(artifacts.history, cfg.n_seeds, plot_dir / "training_curves.png"),
         plots.plot_eps_vs_t(
             first["steps"], first["mse"], cfg.diffusion.steps, EPS_RATIO_MAX, plot_dir / "eps_mse_vs_t.png"
         ),
-        plots.plot_seed_comparison(v, cfg.n_seeds, EPS_RATIO_MAX, plot_dir / "paired_seeds.png"),
+        plots.plot_seed_comparison(
+            {**v, **metrics.unit_values()}, cfg.n_seeds, EPS_RATIO_MAX, plot_dir / "paired_seeds.png"
+        ),
         plots.plot_psnr_per_volume(
             [{name: values.cpu().numpy() for name, values in r["psnr"].items()} for r in per_seed],
             plot_dir / "psnr_per_volume.png",
         ),
         plots.plot_selection(selections, plot_dir / "selection.png"),
     ]
-    return Metrics(v, figures)
+    metrics.values, metrics.figures = v, figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
-
-
-def per_seed(v: dict[str, float], arm: str, metric: str, n_seeds: int) -> np.ndarray:
-    return np.array([v[f"{arm}/seed{k}/{metric}"] for k in range(n_seeds)])
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
@@ -665,7 +696,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     At default scale also: merge beats the data-free epsilon predictor on every seed (the 2-D models
     learned) and the residual-only ablation improves on merge on validation (it learned too)."""
     v, n = metrics.values, cfg.n_seeds
-    seeds = lambda arm, metric: per_seed(v, arm, metric, n)
+    seeds = lambda arm, metric: metrics.unit(metric, arm)  # noqa: E731
     units = "paired seeds"
     sampling = f"DDIM-{cfg.eval.sample_steps} samples of {cfg.eval.sample_volumes} test volumes (same start noise)"
     criteria = [
@@ -676,6 +707,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             EPS_RATIO_MAX,
             "<=",
             units,
+            covers=COVERS,
         ),
         V.mean_criterion(
             "eps_mse_ratio_vs_residual_only",
@@ -684,6 +716,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             1.0,
             "<",
             units,
+            covers=COVERS,
         ),
         V.difference_criterion(
             "psnr_gain_db",
@@ -694,6 +727,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             ">=",
             units,
             paper="paper tables not available offline; the brief expects +0.2 to +1 dB",
+            covers=COVERS,
         ),
         V.difference_criterion(
             "psnr_gain_vs_residual_only_db",
@@ -703,6 +737,40 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             0.0,
             ">",
             units,
+            covers=COVERS,
+        ),
+    ]
+    # Negative control: the learned fusion removed (the method's fusion net at its initial weights, which
+    # reproduce merge by design), scored by the deciding ratio's rule; it cannot beat merge by 5 %.
+    controls = [
+        Control(
+            "eps_mse_ratio",
+            "stage-2 training removed (the method's fusion net at its initial weights: fusion = merge)",
+            V.mean_criterion(
+                "eps_mse_ratio",
+                "test eps-MSE(untrained fusion) / eps-MSE(merge), per seed (paired noise and t)",
+                seeds(CONTROL_ARM, "eps_mse") / seeds("baseline", "eps_mse"),
+                EPS_RATIO_MAX,
+                "<=",
+                units,
+                covers=COVERS,
+            ),
+        )
+    ]
+    fusion_arms = ("method", "ablation_residual_only", "baseline")
+    separations = [
+        Separation(
+            "test eps-MSE",
+            {arm: v[f"{arm}/eps_mse"] for arm in fusion_arms},
+            floor=v["reference/eps_mse_gaussian_prior"],  # the data-free predictor
+            ceiling=0.0,
+            margin=0.005,
+        ),
+        Separation(
+            f"PSNR of {sampling} (dB)",
+            {arm: v[f"{arm}/psnr"] for arm in fusion_arms},
+            floor=v["reference/lr_psnr"],  # the low-resolution input itself
+            margin=0.1,
         ),
     ]
     figures = {
@@ -733,7 +801,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         sanity["self_consistency_pool_reproduces_lr"] = v["method/pool_residual_max"] <= 1e-5
     if cfg.scale == Scale.default:  # a few smoke steps need not learn anything
         sanity["merge_beats_data_free_eps"] = bool(
-            np.all(seeds("baseline", "eps_mse") < seeds("reference", "eps_mse_gaussian_prior"))
+            np.all(np.asarray(seeds("baseline", "eps_mse")) < np.asarray(seeds("reference", "eps_mse_gaussian_prior")))
         )
         ablation_val = [
             v.get(f"select/ablation_residual_only/seed{k}/best_val_val_eps_mse", math.nan) for k in range(n)
@@ -758,4 +826,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         f"{v['baseline_tpdm/psnr']:.2f} / {v['reference/lr_psnr']:.2f} dB; largest finite-difference error "
         f"(cross-slice inconsistency): {fd_worst} (TPDM expected worst; reported only)"
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

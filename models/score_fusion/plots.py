@@ -24,6 +24,7 @@ LABELS = {
     "baseline_coronal": "2-D coronal only",
     "baseline_sagittal": "2-D sagittal only",
     "reference_gaussian_prior": "data-free Gaussian",
+    "control_untrained_fusion": "control: untrained fusion (= merge)",
 }
 COLORS = {
     "method": "tab:red",

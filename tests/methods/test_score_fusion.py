@@ -485,7 +485,10 @@ def test_smoke_pipeline(smoke_run):
         assert [row["lr"] for row in selection["table"]] == list(grids[arm])
     names = [c.name for c in result.criteria]
     assert names == ["eps_mse_ratio", "eps_mse_ratio_vs_residual_only", "psnr_gain_db", "psnr_gain_vs_residual_only_db"]
-    v = metrics.values
+    v = metrics.flat()
+    # The negative control (the fusion net at its initial weights) reproduces merge, so it cannot pass.
+    assert v["control_untrained_fusion/eps_mse"] == pytest.approx(v["baseline/eps_mse"], rel=1e-4)
+    assert result.controls and not result.controls[0].passes
     ratio = result.criterion("eps_mse_ratio")
     per_seed = [v[f"method/seed{k}/eps_mse"] / v[f"baseline/seed{k}/eps_mse"] for k in range(cfg.n_seeds)]
     assert ratio.n_units == cfg.n_seeds == 2 and ratio.estimate == pytest.approx(np.mean(per_seed))
@@ -511,12 +514,13 @@ def test_smoke_pipeline(smoke_run):
 # ----------------------------------------------------------------------------- claim
 
 
-ARMS = ("method", "ablation_residual_only", "baseline", "baseline_tpdm", "baseline_axial")
+ARMS = ("method", "ablation_residual_only", "baseline", "baseline_tpdm", "baseline_axial", "control_untrained_fusion")
 
 
 def _claim_of(eps: dict[str, list[float]], psnr_db: dict[str, list[float]], scale: str = "default", **overrides):
     """claim() on hand-built per-seed metrics: ``eps`` / ``psnr_db`` per arm (method, ablation_residual_only,
-    baseline), the rest set to passing must-pass values."""
+    baseline), the rest set to passing must-pass values. An override ``<arm>/seed<k>/<metric>`` (not
+    ``select/``) sets that unit's value."""
     n = len(eps["method"])
     cfg = Config.for_scale(scale, {"n_seeds": n})
     v = {
@@ -525,21 +529,29 @@ def _claim_of(eps: dict[str, list[float]], psnr_db: dict[str, list[float]], scal
         "method/slice_roundtrip_err": 0.0,
         "method/pool_residual_max": 0.0,
     }
+    units: dict[tuple[str, str], list[float]] = {("reference", "eps_mse_gaussian_prior"): [10.0] * n}
     for k in range(n):
-        v[f"reference/seed{k}/eps_mse_gaussian_prior"] = 10.0
         v[f"select/ablation_residual_only/seed{k}/best_val_val_eps_mse"] = 0.09
         v[f"select/ablation_residual_only/seed{k}/val_merge_eps_mse"] = 0.1
-        for arm in ARMS:
-            v[f"{arm}/seed{k}/eps_mse"] = eps.get(arm, eps["baseline"])[k]
-            v[f"{arm}/seed{k}/psnr"] = psnr_db.get(arm, psnr_db["baseline"])[k]
+    for arm in ARMS:
+        units[(arm, "eps_mse")] = list(eps.get(arm, eps["baseline"]))
+        units[(arm, "psnr")] = list(psnr_db.get(arm, psnr_db["baseline"]))
+    for key, value in overrides.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[0] != "select" and parts[1].startswith("seed"):
+            units[(parts[0], parts[2])][int(parts[1].removeprefix("seed"))] = value
+        else:
+            v[key] = value
     for arm in ARMS:
         for metric in ("eps_mse", "psnr"):
-            v[f"{arm}/{metric}"] = float(np.mean([v[f"{arm}/seed{k}/{metric}"] for k in range(n)]))
+            v[f"{arm}/{metric}"] = float(np.mean(units[(arm, metric)]))
         for metric in ("ssim", "fd_err", "eps_mse_low_t"):
             v[f"{arm}/{metric}"] = 1.0
     v["reference/eps_mse_gaussian_prior"], v["reference/lr_psnr"] = 10.0, 20.0
-    v.update(overrides)
-    return SPEC.module().claim(cfg, Metrics(v))
+    metrics = Metrics(v)
+    for (arm, metric), values in units.items():
+        metrics.add_units(metric, arm, values, [f"seed{k}" for k in range(n)])
+    return SPEC.module().claim(cfg, metrics)
 
 
 def test_claim_states_follow_the_seed_intervals():
@@ -556,6 +568,11 @@ def test_claim_states_follow_the_seed_intervals():
     assert good.criterion("eps_mse_ratio").estimate == pytest.approx(0.90)
     assert good.criterion("eps_mse_ratio_vs_residual_only").estimate == pytest.approx(0.90 / 0.94)
     assert good.criterion("psnr_gain_vs_residual_only_db").estimate == pytest.approx(0.1)
+    (control,) = good.controls  # the untrained fusion (= merge) scored as the method: ratio 1, not <= 0.95
+    assert control.of == "eps_mse_ratio" and control.criterion.state == "fails"
+    assert (
+        good.criterion("eps_mse_ratio").labels == ("seed0", "seed1", "seed2") and good.criterion("eps_mse_ratio").covers
+    )
     # The review's finding: a residual-only fusion as good as the method -> the ablation criterion fails.
     hollow = _claim_of(
         {"method": times(merge, 0.90), "ablation_residual_only": times(merge, 0.90), "baseline": merge},
@@ -563,6 +580,7 @@ def test_claim_states_follow_the_seed_intervals():
     )
     assert hollow.criterion("eps_mse_ratio").state == "holds"
     assert hollow.criterion("eps_mse_ratio_vs_residual_only").state == "fails" and hollow.verdict == "fails"
+    assert not hollow.controls[0].passes
     # Per-seed ratios 0.85 / 1.0 / 0.94: the t interval over 3 seeds straddles 0.95 -> inconclusive.
     spread = _claim_of(
         {"method": [0.085, 0.11, 0.94 * 0.12], "ablation_residual_only": merge, "baseline": merge},
