@@ -485,3 +485,27 @@ def test_still_improving_reads_a_rise_not_plateau_noise():
     assert best_block(plateau)[0] < 9
     rising = np.clip(np.linspace(0, 8, 5000) + rng.normal(0, 1, 5000), 0, 10)
     assert best_block(rising) == (9, 10)
+
+
+def test_a_rising_baseline_is_explained_only_where_its_ceiling_cannot_move_the_verdict():
+    """UCBVI cannot exceed V*_agnostic: a still-rising UCBVI run is explained when rising to that ceiling leaves
+    (ii) and (iii) holding, and left unexplained when it would not."""
+    from models.sleeping_rl.pipeline import claim
+
+    cfg = SPEC.make_config("default", {"n_seeds": 3})
+    good = {
+        ("method", "g2_p025"): [7.70, 7.72, 7.74],
+        ("baseline", "g2_p025"): [6.22, 6.24, 6.23],
+        ("method", "g3_p05"): [5.76, 5.78, 5.80],
+        ("baseline", "g3_p05"): [4.00, 4.10, 4.13],  # one seed 0.13 below V*_agnostic = 4.13
+    }
+    metrics = _claim_metrics(cfg, good)
+    metrics.values["baseline/still_improving_runs_g3_p05"] = 1.0
+    result = claim(cfg, metrics)
+    assert result.verdict == "holds" and "g3_p05: 1 UCBVI run(s)" in result.explained["still_improving:baseline"]
+
+    # UCBVI so far below its ceiling that rising to it could take (iii) below 0.5: (4.95 - 4.13) / 1.65 < 0.5
+    far = good | {("baseline", "g3_p05"): [3.00, 3.10, 3.05], ("method", "g3_p05"): [4.90, 4.95, 5.00]}
+    metrics = _claim_metrics(cfg, far)
+    metrics.values["baseline/still_improving_runs_g3_p05"] = 1.0
+    assert "still_improving:baseline" not in claim(cfg, metrics).explained
