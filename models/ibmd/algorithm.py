@@ -29,9 +29,9 @@ def loss_weight(step: torch.Tensor, n_steps: int, coeff: float) -> torch.Tensor:
 
 
 def weighted_mean(per_sample: torch.Tensor, step: torch.Tensor, n_steps: int, coeff: float) -> torch.Tensor:
-    """mean(loss_weight * per_sample); with c = 0 every weight is exactly 1, so the plain mean (the same
-    value, bit for bit, without the weight's five ops and their backward)."""
-    return per_sample.mean() if coeff == 0 else (loss_weight(step, n_steps, coeff) * per_sample).mean()
+    """mean(loss_weight * per_sample) over the batch (the last axis: one value per unit of a grouped network);
+    with c = 0 every weight is exactly 1, so the plain mean."""
+    return per_sample.mean(-1) if coeff == 0 else (loss_weight(step, n_steps, coeff) * per_sample).mean(-1)
 
 
 def bridge_matching_loss(
@@ -44,10 +44,10 @@ def bridge_matching_loss(
     noise: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Mean over the batch of w(t) * mean_d (x0_hat(x_t, t) - x0)^2, x_t ~ q(x_t | x0, x1) (bridge noise
-    ``noise``, drawn here when None)."""
+    ``noise``, drawn here when None); per unit for a grouped network (inputs (G, B, d) -> (G,))."""
     x_t = bridge.q_sample(step, x0, x1, noise=noise)
     x0_hat = net.pred_x0(x_t, step, x1 if net.cond else None)
-    per_sample = ((x0_hat - x0) ** 2).mean(1)
+    per_sample = ((x0_hat - x0) ** 2).mean(-1)
     return weighted_mean(per_sample, step, bridge.n_steps, coeff)
 
 
@@ -59,20 +59,24 @@ def generator_loss(
     x1: torch.Tensor,
     step: torch.Tensor,
     coeff: float = 0.0,
+    noise: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """IBMD's generator objective (can be negative) and the fake bridge's prediction at x_t."""
-    x_t = bridge.q_sample(step, x0.detach(), x1)
+    """IBMD's generator objective (can be negative; per unit for grouped networks) and the fake bridge's
+    prediction at x_t (bridge noise ``noise``, drawn here when None)."""
+    x_t = bridge.q_sample(step, x0.detach(), x1, noise=noise)
     cond = x1 if teacher.cond else None
     with torch.no_grad():  # both bridges are constants here; only x0 = G(z, x1) carries gradient
         teacher_x0 = teacher.pred_x0(x_t, step, cond)
         fake_x0 = fake.pred_x0(x_t, step, cond)
-    per_sample = ((teacher_x0 - x0) ** 2 - (fake_x0 - x0) ** 2).mean(1)
+    per_sample = ((teacher_x0 - x0) ** 2 - (fake_x0 - x0) ** 2).mean(-1)
     return weighted_mean(per_sample, step, bridge.n_steps, coeff), fake_x0
 
 
 def convergence_condition(bridge_x0: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-    """The code's logged condition mean(x0_hat^2) - mean(x0_hat * x0): 0 when x0_hat = E[x0 | x_t]."""
-    return (bridge_x0**2).mean() - (bridge_x0 * x0).mean()
+    """The code's logged condition mean(x0_hat^2) - mean(x0_hat * x0): 0 when x0_hat = E[x0 | x_t]; per unit
+    for grouped inputs (G, B, d)."""
+    dims = tuple(range(bridge_x0.dim() - 2, bridge_x0.dim()))
+    return (bridge_x0**2).mean(dims) - (bridge_x0 * x0).mean(dims)
 
 
 # ----------------------------------------------------------------------------- sampling

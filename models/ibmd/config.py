@@ -107,11 +107,12 @@ class DigitsDistillConfig(DistillConfig):
 class Config(MethodConfig):
     SCALES: ClassVar[dict[str, dict]] = {
         "smoke": {
-            "n_seeds": 1,
+            # Two seeds: one unit gives no interval (and no power estimate for an inconclusive criterion).
+            "n_seeds": 2,
             "data.toy_train": 2048,
             "data.toy_val": 256,
             "data.toy_test": 512,
-            "data.toy_test_blocks": 1,
+            "data.toy_test_blocks": 2,
             "data.digits_train_copies": 1,
             "data.digits_test_copies": 1,
             "toy_variants": ("cond",),

@@ -96,3 +96,98 @@ class OneStepGenerator(nn.Module):
     def forward(self, x1: torch.Tensor, z: torch.Tensor | None = None) -> torch.Tensor:
         step = torch.full((len(x1),), self.net.last_step, dtype=torch.long, device=x1.device)
         return self.net.pred_x0(x1, step, x1 if self.net.cond else None, z)
+
+
+# ----------------------------------------------------------------------------- several units side by side
+
+
+class GroupedLinear(nn.Module):
+    """``G`` independent linear layers applied at once: ``y[g] = x[g] @ W[g] + b[g]`` (one batched matmul)."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight)  # (G, in, out)
+        self.bias = nn.Parameter(bias)  # (G, out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (G, B, in) -> (G, B, out)
+        return torch.baddbmm(self.bias.unsqueeze(1), x, self.weight)
+
+
+class GroupedBridgeNet(nn.Module):
+    """``G`` BridgeNets of one architecture (one per paired unit: a seed, a grid point) evaluated together.
+
+    Every input carries a leading unit axis: ``x_t`` (G, B, dim), ``step`` (G, B), ``x1``/``z`` alike; unit g
+    sees only its own weights, so the units stay independent (a per-unit loss summed over units gives each
+    unit the gradient of its own loss). ``member(g)`` is unit g as a plain ``BridgeNet``."""
+
+    def __init__(self, nets: list[BridgeNet]) -> None:
+        super().__init__()
+        ref = nets[0]
+        self.dim, self.cond, self.noise_dim, self.time_dim = ref.dim, ref.cond, ref.noise_dim, ref.time_dim
+        self.register_buffer("times", ref.times.clone())
+        self.register_buffer("time_features", ref.time_features.clone(), persistent=False)
+        self.register_buffer("std_fwd", ref.std_fwd.clone())
+        per_net = [[m for m in net.mlp if isinstance(m, nn.Linear)] for net in nets]
+        self.layers = nn.ModuleList(
+            GroupedLinear(
+                torch.stack([linears[i].weight.detach().T for linears in per_net]).contiguous(),
+                torch.stack([linears[i].bias.detach() for linears in per_net]).clone(),
+            )
+            for i in range(len(per_net[0]))
+        )
+
+    @property
+    def groups(self) -> int:
+        return self.layers[0].weight.shape[0]
+
+    @property
+    def last_step(self) -> int:
+        return len(self.times) - 1
+
+    def forward(
+        self, x_t: torch.Tensor, step: torch.Tensor, x1: torch.Tensor | None = None, z: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        parts = [x_t]
+        if self.cond:
+            if x1 is None:
+                raise ValueError("a conditional bridge network needs x1")
+            parts.append(x1)
+        parts.append(self.time_features[step])
+        if self.noise_dim:
+            if z is None:
+                raise ValueError("a grouped network with noise inputs needs z (each unit draws its own)")
+            parts.append(z)
+        h = torch.cat(parts, dim=-1)
+        for i, layer in enumerate(self.layers):
+            h = layer(h)
+            if i < len(self.layers) - 1:
+                h = nn.functional.silu(h)
+        return h
+
+    def pred_x0(
+        self, x_t: torch.Tensor, step: torch.Tensor, x1: torch.Tensor | None = None, z: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """x0_hat = x_t - sigma_fwd(step) eps_hat, per unit."""
+        return x_t - self.std_fwd[step].unsqueeze(-1) * self(x_t, step, x1, z)
+
+    def generate(self, x1: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The one-step generator of every unit: x0_hat(x_t = x1, last step, x1, z) (``OneStepGenerator``)."""
+        step = torch.full(x1.shape[:2], self.last_step, dtype=torch.long, device=x1.device)
+        return self.pred_x0(x1, step, x1 if self.cond else None, z)
+
+    @torch.no_grad()
+    def member(self, g: int, net: TeacherConfig, bridge: BridgeConfig) -> BridgeNet:
+        """Unit ``g`` as a plain ``BridgeNet`` (the same function, weights copied)."""
+        out = BridgeNet(self.dim, net, bridge, self.cond, self.noise_dim)
+        linears = [m for m in out.mlp if isinstance(m, nn.Linear)]
+        for linear, grouped in zip(linears, self.layers):
+            linear.weight.copy_(grouped.weight[g].T)
+            linear.bias.copy_(grouped.bias[g])
+        return out
+
+    @torch.no_grad()
+    def load_members(self, state: dict[str, torch.Tensor], keep: torch.Tensor) -> None:
+        """Copy the units where ``keep`` (G,) is True from ``state`` (a ``state_dict`` of this network)."""
+        for name, value in self.named_parameters():
+            mask = keep.view(-1, *([1] * (value.dim() - 1)))
+            value.copy_(torch.where(mask, state[name], value))

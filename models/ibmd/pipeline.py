@@ -66,6 +66,7 @@ Deliberate deviations and choices (all [inferred] in the brief unless stated):
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from models.base import (
     ClaimResult,
@@ -88,10 +90,10 @@ from models.base import (
     write_manifest,
 )
 from models.common import verdicts as V
-from models.common.batches import Rows, random_batches, whole_batch
+from models.common.batches import Rows, whole_batch
 from models.common.diffusion import BridgeSchedule
 from models.common.lightning import fit
-from models.common.selection import BestWeights, early_stopping_callbacks, grid, select_on_validation
+from models.common.selection import early_stopping_callbacks, grid, select_on_validation
 from models.common.units import UnitValues, labels_of, unit_labels
 
 from . import plots
@@ -105,13 +107,13 @@ from .algorithm import (
 )
 from .config import Config, DistillConfig, TeacherConfig
 from .data import load_pairs, make_digits, make_toy, sample_toy_posterior
-from .networks import BridgeNet, OneStepGenerator, with_noise_inputs
+from .networks import BridgeNet, GroupedBridgeNet, OneStepGenerator, with_noise_inputs
 from .training import (
     STUDENT_MONITOR,
-    TEACHER_MONITOR,
-    BridgeMatching,
+    GroupedBridgeMatching,
+    GroupedInverseBridgeMatching,
     InverseBridgeMatching,
-    add_convergence_trace,
+    StepCounter,
     corrupted_only_loader,
     fixed_validation_pairs,
 )
@@ -232,54 +234,77 @@ def held_out_block(arrays: dict, setup: Setup, cfg: Config, seed_index: int) -> 
 # ----------------------------------------------------------------------------- training
 
 
-@dataclass
-class Fitted:
-    module: object  # the trained LightningModule (teacher: .ema; student: .generator_ema, .fake)
-    records: list[dict[str, float]]
-    best: BestWeights
-
-
 def traced(setup: Setup, arrays: dict) -> bool:
     """Whether the teacher's convergence trace (NFE-many bimodal fraction per validation) applies: the 2-D toy."""
     return setup.toy and arrays["x0_train"].shape[1] == 2
 
 
-def fit_teacher(
-    cfg: Config, setup: Setup, arrays: dict, lr: float, seed: int, trace: bool, arm: str = "", unit: str = ""
-) -> tuple[float, Fitted]:
-    """Bridge matching on (x0, x1) pairs; early stopping on the fixed-noise validation loss (EMA weights).
+def unit_stream(seed: int) -> int:
+    """The seed of a unit's own generator (batches, steps, noise), distinct from its initial weights' seed."""
+    return seed + 1_000_003
 
-    ``trace``: keep the EMA weights of every validation for ``add_trace`` (the 2-D toy only). With ``arm``
-    (and ``unit``) the fit is a compared one, recorded for the verdict diagnostics."""
-    torch.manual_seed(seed)
+
+def one_validation_batch():
+    """Lightning runs validation once per epoch over this single placeholder batch (the modules hold their
+    per-unit validation data)."""
+    return whole_batch(Rows(torch.zeros(1)))
+
+
+def fit_teachers(
+    cfg: Config, setup: Setup, arrays: dict, lrs: list[float], seeds: list[int], name: str, trace: bool = False
+) -> GroupedBridgeMatching:
+    """Bridge matching on (x0, x1) pairs for several units at once, unit g at ``lrs[g]`` from ``seeds[g]``
+    (its initial weights, batches, steps, bridge noise and fixed validation draws); per-unit early stopping on
+    the fixed-noise validation loss of the EMA weights. ``trace``: keep each validation's EMA weights (the
+    convergence trace of the 2-D toy)."""
     t = setup.teacher
     dim = arrays["x0_train"].shape[1]
     bridge = bridge_of(cfg)
-    module = BridgeMatching(BridgeNet(dim, t, cfg.bridge, setup.cond), bridge, t, lr, trace and traced(setup, arrays))
-    pairs = Rows(tensor(arrays["x0_train"]), tensor(arrays["x1_train"]))
-    per_epoch = min(t.epoch_steps, t.steps)
-    val = whole_batch(Rows(*fixed_validation_pairs(bridge, tensor(arrays["x0_val"]), tensor(arrays["x1_val"]), seed)))
-    callbacks = early_stopping_callbacks(TEACHER_MONITOR, t.patience, arm=arm, unit=unit)
-    records = fit(
-        module,
-        random_batches(pairs, t.batch_size, per_epoch, seed),
+    nets = []
+    for seed in seeds:
+        torch.manual_seed(seed)  # a unit's initial weights depend on its seed alone
+        nets.append(BridgeNet(dim, t, cfg.bridge, setup.cond))
+    x0_val, x1_val = tensor(arrays["x0_val"]), tensor(arrays["x1_val"])
+    val = [fixed_validation_pairs(bridge, x0_val, x1_val, seed) for seed in seeds]
+    val = tuple(torch.stack([v[i] for v in val]) for i in range(4))
+    module = GroupedBridgeMatching(
+        GroupedBridgeNet(nets),
+        bridge,
+        t,
+        lrs,
+        [unit_stream(seed) for seed in seeds],
+        (tensor(arrays["x0_train"]), tensor(arrays["x1_train"])),
         val,
+        list(range(len(seeds))) if trace and traced(setup, arrays) else [],
+    )
+    per_epoch = min(t.epoch_steps, t.steps)
+    fit(
+        module,
+        DataLoader(StepCounter(per_epoch), batch_size=None),
+        one_validation_batch(),
         max_epochs=math.ceil(t.steps / per_epoch),
         max_steps=t.steps,
-        seed=seed,
-        variant=f"teacher {setup.name} (lr={lr:g}), seed {seed}",
-        callbacks=callbacks,
+        seed=seeds[0],
+        variant=f"teachers {setup.name} {name} ({len(seeds)} units)",
     )
-    module.ema.eval()
-    best = callbacks[-1]
-    return float(best.best if best.best is not None else math.nan), Fitted(module, records, best)
+    return module
 
 
-def add_trace(cfg: Config, setup: Setup, arrays: dict, teacher: Fitted) -> None:
-    """The chosen first-seed teacher's convergence trace, into its validation records (see ``fit_teacher``)."""
-    if teacher.module.keep_trace:
-        x1 = tensor(arrays["x1_val"][:TRACE_ROWS])
-        add_convergence_trace(teacher.module, teacher.records, x1, cfg.many_nfe, cfg.bimodal_threshold)
+def convergence_trace(cfg: Config, setup: Setup, arrays: dict, module: GroupedBridgeMatching, g: int) -> None:
+    """Unit ``g``'s convergence trace: ``val/frac_bimodal_many`` in each of its validation records, the NFE-many
+    bimodal fraction on the first ``TRACE_ROWS`` validation x1 of its EMA teacher as it was at that validation."""
+    if not module.trace_units:
+        return
+    x1 = tensor(arrays["x1_val"][:TRACE_ROWS])
+    net = copy.deepcopy(module.ema)
+    keep = torch.ones(net.groups, dtype=torch.bool)
+    for record, state in zip(module.unit_records[g], module.trace_weights):
+        net.load_members(state, keep)
+        x0 = teacher_sample(
+            net.member(g, setup.teacher, cfg.bridge), bridge_of(cfg), x1, cfg.many_nfe, torch.Generator().manual_seed(0)
+        )
+        record["val/frac_bimodal_many"] = bimodal_fraction(x0, cfg.bimodal_threshold)
+    module.trace_weights = []
 
 
 def student_validation(
@@ -293,6 +318,60 @@ def student_validation(
     return reference, torch.randn(len(x1_val), setup.distill.noise_dim, generator=g)
 
 
+def fit_students(
+    cfg: Config,
+    setup: Setup,
+    teachers: list[BridgeNet],
+    arrays: dict,
+    lrs: list[float],
+    seeds: list[int],
+    name: str,
+    validations: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+) -> GroupedInverseBridgeMatching:
+    """IBMD from corrupted inputs only, several units at once: unit g distils ``teachers[g]`` at ``lrs[g]`` with
+    its own stream from ``seeds[g]``; G and the fake bridge start as copies of its teacher (G with zero-initialised
+    noise inputs). Nothing but x1 (and the teachers) reaches the distillation. ``validations``: per unit
+    ``student_validation(cfg, setup, teachers[g], arrays, seeds[g])``, computed here when None."""
+    d = setup.distill
+    validations = validations or [
+        student_validation(cfg, setup, teacher, arrays, seed) for teacher, seed in zip(teachers, seeds)
+    ]
+    generator = GroupedBridgeNet([with_noise_inputs(t, setup.teacher, cfg.bridge, d.noise_dim) for t in teachers])
+    module = GroupedInverseBridgeMatching(
+        generator,
+        GroupedBridgeNet(teachers),
+        GroupedBridgeNet(teachers),
+        bridge_of(cfg),
+        d,
+        lrs,
+        [unit_stream(seed) for seed in seeds],
+        tensor(arrays["x1_train"]),
+        tensor(arrays["x1_val"]),
+        torch.stack([ref for ref, _ in validations]),
+        torch.stack([z for _, z in validations]),
+    )
+    per_epoch = min(d.epoch_steps, d.generator_steps)
+    fit(
+        module,
+        DataLoader(StepCounter(per_epoch), batch_size=None),
+        one_validation_batch(),
+        max_epochs=math.ceil(d.generator_steps / per_epoch),
+        max_steps=d.generator_steps * (d.bridge_loop + 1),  # manual optimisation: every optimiser step counts
+        seed=seeds[0],
+        variant=f"IBMD {setup.name} {name} ({len(seeds)} units)",
+    )
+    return module
+
+
+@dataclass
+class Fitted:
+    """One fit of the one-unit path: the module, its records, its best-weights callback."""
+
+    module: object
+    records: list[dict[str, float]]
+    best: object
+
+
 def fit_student(
     cfg: Config,
     setup: Setup,
@@ -304,7 +383,8 @@ def fit_student(
     arm: str = "",
     unit: str = "",
 ) -> tuple[float, Fitted]:
-    """IBMD from corrupted inputs only: nothing but x1 (and the teacher) reaches the distillation.
+    """One student at a time (``training.InverseBridgeMatching``; ``train`` uses ``fit_students``, the grouped fit):
+    IBMD from corrupted inputs only: nothing but x1 (and the teacher) reaches the distillation.
 
     ``validation``: ``student_validation(cfg, setup, teacher, arrays, seed)``, computed here when None.
     With ``arm`` (and ``unit``) the fit is a compared one, recorded for the verdict diagnostics."""
@@ -339,89 +419,100 @@ def weights(model_dir: Path, role: str, setup: str, seed_index: int) -> Path:
     return Path(model_dir) / f"{role}_{setup}_seed{seed_index}.pt"
 
 
+def fit_summary(module, g: int, arm: str) -> dict[str, float]:
+    """``select/<arm>/...`` figures of unit ``g`` of a grouped fit (as ``BestWeights.summary`` gives one fit's)."""
+    stopping = module.stopping
+    return {
+        f"select/{arm}/best_epoch": float(stopping.best_eval[g]),
+        f"select/{arm}/epochs_trained": float(stopping.trained(g)),
+        f"select/{arm}/best_val": float(stopping.best[g]),
+    }
+
+
+def select_from_grid(arm: str, lrs: list[float], module, metric: str, unit: str):
+    """The validation selection over a grid fitted as one grouped fit (unit g = grid point g): recorded like any
+    ``select_on_validation``; returns (selection, the chosen unit's index)."""
+    scores = module.stopping.best
+    return select_on_validation(
+        arm,
+        grid(lr=lrs),
+        lambda point: (scores[lrs.index(point["lr"])], lrs.index(point["lr"])),
+        metric=metric,
+        higher_is_better=False,
+        unit=unit,
+    )
+
+
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
+    """Per setup: the teachers' lr grid on the first seed (one grouped fit), the other seeds' teachers at the
+    chosen lr (one grouped fit); the same for the students, each distilling its own seed's teacher."""
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {}
     selections: dict[str, dict] = {}
     for i, setup in enumerate(setups(cfg)):
         arrays = load_arrays(data, setup)
-        s = setup.name
-        first = run_seed(cfg, i, 0)
-        units = unit_labels("seed", setup.n_seeds)
+        s, n = setup.name, setup.n_seeds
+        units = unit_labels("seed", n)
+        seeds = [run_seed(cfg, i, k) for k in range(n)]
         # The compared fits (recorded for the verdict diagnostics) are the toy's; digits is reported only.
         teacher_arm, student_arm = f"teacher_{s}", f"ibmd_{s}"
-        recorded = setup.toy
-        # The baseline's lr on the first seed's validation loss; the other seeds reuse it.
-        selection, teacher0 = select_on_validation(
-            teacher_arm,
-            grid(lr=setup.teacher.lr_grid),
-            lambda point: fit_teacher(cfg, setup, arrays, point["lr"], first, trace=True),
-            metric="bridge_loss",
-            higher_is_better=False,
-            unit=units[0],
-        )
+        record = setup.toy
+        t_grid, d_grid = list(setup.teacher.lr_grid), list(setup.distill.lr_grid)
+
+        # Teachers (the baseline): the lr on the first seed's validation loss; the other seeds reuse it.
+        grid_fit = fit_teachers(cfg, setup, arrays, t_grid, [seeds[0]] * len(t_grid), "lr grid", trace=True)
+        selection, c = select_from_grid(teacher_arm, t_grid, grid_fit, "bridge_loss", units[0])
         print(f"  selected {selection.describe()}", flush=True)
-        if recorded:
-            teacher0.best.record(teacher_arm, units[0])  # the chosen grid point's fit is seed 0's teacher
-        add_trace(cfg, setup, arrays, teacher0)
+        convergence_trace(cfg, setup, arrays, grid_fit, c)
         summary.update(selection.summary())
         selections[teacher_arm] = {"chosen": selection.chosen, "table": selection.table}
-        teachers = [teacher0] + [
-            fit_teacher(
-                cfg,
-                setup,
-                arrays,
-                selection.chosen["lr"],
-                run_seed(cfg, i, k),
-                trace=False,
-                arm=teacher_arm if recorded else "",
-                unit=units[k],
-            )[1]
-            for k in range(1, setup.n_seeds)
-        ]
-        # The method's lr on the first seed's validation ED to its own teacher's samples (x1 only).
-        validation = student_validation(cfg, setup, teachers[0].module.ema, arrays, first + 1)
-        selection, student0 = select_on_validation(
-            student_arm,
-            grid(lr=setup.distill.lr_grid),
-            lambda point: fit_student(cfg, setup, teachers[0].module.ema, arrays, point["lr"], first + 1, validation),
-            metric="ed_to_teacher",
-            higher_is_better=False,
-            unit=units[0],
-        )
-        print(f"  selected {selection.describe()}", flush=True)
-        if recorded:
-            student0.best.record(student_arm, units[0])
-        summary.update(selection.summary())
-        selections[student_arm] = {"chosen": selection.chosen, "table": selection.table}
-        students = [student0] + [
-            fit_student(
-                cfg,
-                setup,
-                teachers[k].module.ema,
-                arrays,
-                selection.chosen["lr"],
-                run_seed(cfg, i, k) + 1,
-                arm=student_arm if recorded else "",
-                unit=units[k],
-            )[1]
-            for k in range(1, setup.n_seeds)
-        ]
-        for k, (teacher, student) in enumerate(zip(teachers, students)):
-            torch.save(teacher.module.ema.state_dict(), weights(out_dir, "teacher", s, k))
-            torch.save(student.module.generator_ema.net.state_dict(), weights(out_dir, "student", s, k))
-            torch.save(student.module.fake.state_dict(), weights(out_dir, "fake", s, k))
-            history[setup.variant("baseline", k)] = teacher.records
-            history[setup.variant("method", k)] = student.records
-            summary.update(teacher.best.summary(f"{teacher_arm}/seed{k}"))
-            summary.update(student.best.summary(f"{student_arm}/seed{k}"))
+        fits = [(grid_fit, c)]
+        if n > 1:
+            rest = fit_teachers(cfg, setup, arrays, [t_grid[c]] * (n - 1), seeds[1:], "seeds")
+            fits += [(rest, g) for g in range(n - 1)]
+        teachers = [module.ema.member(g, setup.teacher, cfg.bridge).eval() for module, g in fits]
+        for k, (module, g) in enumerate(fits):
+            if record:
+                module.stopping.record(g, teacher_arm, units[k])
+            history[setup.variant("baseline", k)] = module.unit_records[g]
+            summary.update(fit_summary(module, g, f"{teacher_arm}/seed{k}"))
             summary[f"select/{teacher_arm}/seed{k}/max_epochs"] = float(
                 math.ceil(setup.teacher.steps / min(setup.teacher.epoch_steps, setup.teacher.steps))
             )
-            module = student.module
+            torch.save(teachers[k].state_dict(), weights(out_dir, "teacher", s, k))
+
+        # Students (the method): the lr on the first seed's validation ED to its own teacher's samples (x1 only).
+        student_seeds = [seed + 1 for seed in seeds]
+        validation = student_validation(cfg, setup, teachers[0], arrays, student_seeds[0])
+        grid_fit = fit_students(
+            cfg,
+            setup,
+            [teachers[0]] * len(d_grid),
+            arrays,
+            d_grid,
+            [student_seeds[0]] * len(d_grid),
+            "lr grid",
+            [validation] * len(d_grid),
+        )
+        selection, c = select_from_grid(student_arm, d_grid, grid_fit, "ed_to_teacher", units[0])
+        print(f"  selected {selection.describe()}", flush=True)
+        summary.update(selection.summary())
+        selections[student_arm] = {"chosen": selection.chosen, "table": selection.table}
+        fits = [(grid_fit, c)]
+        if n > 1:
+            rest = fit_students(cfg, setup, teachers[1:], arrays, [d_grid[c]] * (n - 1), student_seeds[1:], "seeds")
+            fits += [(rest, g) for g in range(n - 1)]
+        for k, (module, g) in enumerate(fits):
+            if record:
+                module.stopping.record(g, student_arm, units[k])
+            history[setup.variant("method", k)] = module.unit_records[g]
+            summary.update(fit_summary(module, g, f"{student_arm}/seed{k}"))
             summary[f"select/{student_arm}/seed{k}/x1_only_fraction"] = module.x1_only_batches / max(module.batches, 1)
+            student = module.generator_ema.member(g, setup.teacher, cfg.bridge)
+            torch.save(student.state_dict(), weights(out_dir, "student", s, k))
+            torch.save(module.fake.member(g, setup.teacher, cfg.bridge).state_dict(), weights(out_dir, "fake", s, k))
         for key in ("train/fake_loss", "train/generator_loss", "train/convergence"):
-            last = [r[key] for r in students[0].records if key in r]
+            last = [r[key] for r in history[setup.variant("method", 0)] if key in r]
             if last:
                 summary[f"{s}_ibmd_{key.replace('/', '_')}"] = last[-1]
     (Path(out_dir) / "selection.json").write_text(json.dumps(selections, indent=1))
