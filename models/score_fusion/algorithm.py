@@ -22,10 +22,12 @@ from .networks import ScoreFusion
 EpsFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def pool_zero_projection(x: torch.Tensor, factor: int) -> torch.Tensor:
-    """Orthogonal projection onto {x : avg_pool_factor(x) = 0}: x - up(avg_pool(x)) (nearest upsampling)."""
-    pooled = F.avg_pool3d(x, factor, factor)
-    return x - pooled.repeat_interleave(factor, 2).repeat_interleave(factor, 3).repeat_interleave(factor, 4)
+def pool_zero_projection(x: torch.Tensor, factor: int | tuple[int, int, int]) -> torch.Tensor:
+    """Orthogonal projection onto {x : avg_pool_factor(x) = 0}: x - up(avg_pool(x)) (nearest upsampling);
+    ``factor`` per axis (D, H, W) or the same on all three."""
+    fd, fh, fw = (factor,) * 3 if isinstance(factor, int) else factor
+    pooled = F.avg_pool3d(x, (fd, fh, fw), (fd, fh, fw))
+    return x - pooled.repeat_interleave(fd, 2).repeat_interleave(fh, 3).repeat_interleave(fw, 4)
 
 
 def sample(
@@ -35,7 +37,7 @@ def sample(
     steps: int,
     eta: float = 0.0,
     self_consistency: bool = True,
-    pool: int = 2,
+    pool: int | tuple[int, int, int] = 2,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """DDIM (the shared sampler) with a model epsilon ``eps_fn(x_t, t)``.

@@ -38,13 +38,15 @@ MAX_DRAWS_PER_CROP = 1000  # crop positions tried per wanted crop before giving 
 # ----------------------------------------------------------------------------- degradation
 
 
-def pool_upsample(volumes: np.ndarray, factor: int) -> np.ndarray:
-    """(..., D, H, W) -> factor^3 block average -> nearest upsample back to (D, H, W)."""
+def pool_upsample(volumes: np.ndarray, factor: int | tuple[int, int, int]) -> np.ndarray:
+    """(..., D, H, W) -> block average (``factor`` per axis, or the same on all three) -> nearest upsample
+    back to (D, H, W). ``(4, 1, 1)``: an anisotropic acquisition, thick slices along D only."""
+    fd, fh, fw = (factor,) * 3 if isinstance(factor, int) else factor
     *lead, d, h, w = volumes.shape
-    blocks = volumes.reshape(*lead, d // factor, factor, h // factor, factor, w // factor, factor)
+    blocks = volumes.reshape(*lead, d // fd, fd, h // fh, fh, w // fw, fw)
     pooled = blocks.mean(axis=(-5, -3, -1))
-    for axis in (-3, -2, -1):
-        pooled = np.repeat(pooled, factor, axis=axis)
+    for axis, f in zip((-3, -2, -1), (fd, fh, fw)):
+        pooled = np.repeat(pooled, f, axis=axis)
     return pooled.astype(volumes.dtype, copy=False)
 
 
@@ -54,7 +56,7 @@ def minmax(volume: np.ndarray) -> np.ndarray:
     return (2 * (volume - lo) / max(hi - lo, 1e-12) - 1).astype(np.float32)
 
 
-def with_lr(hr: dict[str, np.ndarray], pool: int) -> dict[str, np.ndarray]:
+def with_lr(hr: dict[str, np.ndarray], pool: int | tuple[int, int, int]) -> dict[str, np.ndarray]:
     """{"train": hr, ...} -> {"hr_train", "lr_train", "hr_val", ...} float32 arrays."""
     out = {}
     for split in SPLITS:
@@ -122,7 +124,9 @@ def load_brats(root: Path, cfg: DataConfig) -> dict[str, np.ndarray]:
     hr = np.stack([load_nifti(find_modality(s, cfg.nifti_modality), cfg.shape) for s in subjects])
     n_fit = min(max(2, int(cfg.nifti_train_fraction * len(subjects))), len(subjects) - 1)
     n_val = min(max(1, round(cfg.nifti_val_fraction * n_fit)), n_fit - 1)
-    return with_lr({"train": hr[: n_fit - n_val], "val": hr[n_fit - n_val : n_fit], "test": hr[n_fit:]}, cfg.pool)
+    return with_lr(
+        {"train": hr[: n_fit - n_val], "val": hr[n_fit - n_val : n_fit], "test": hr[n_fit:]}, cfg.pool_factors
+    )
 
 
 # ----------------------------------------------------------------------------- MNI152 (real brain MRI)
@@ -202,7 +206,7 @@ def load_mni152(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
         )
         for i, split in enumerate(SPLITS)
     }
-    return with_lr(hr, cfg.pool)
+    return with_lr(hr, cfg.pool_factors)
 
 
 # ----------------------------------------------------------------------------- phantoms
@@ -247,4 +251,4 @@ def make_phantoms(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng([seed, 0])
     hr = np.stack([phantom(cfg, rng) for _ in range(cfg.n_train + cfg.n_val + cfg.n_test)])
     a, b = cfg.n_train, cfg.n_train + cfg.n_val
-    return with_lr({"train": hr[:a], "val": hr[a:b], "test": hr[b:]}, cfg.pool)
+    return with_lr({"train": hr[:a], "val": hr[a:b], "test": hr[b:]}, cfg.pool_factors)

@@ -6,7 +6,7 @@ via Score Fusion", ICML 2025, arXiv 2501.07430. Official code: ``score-fusion/Sc
 fd13d64; no checkpoints released), read: ``3D_scorefuser/diffusion_model/unet_brats.py``
 (``model_ensemble_three_25_model``), ``diffusion_ensemble.py``, ``train_ensemble_325model.py``,
 ``dataset_brats.py``, ``metrics.py``; ``med_palette_2D/models/network.py`` and
-``config/brast_5SSR_1.json``. Re-implemented here, not copied (brief: shared/methods/score_fusion.md).
+``config/brast_5SSR_1.json``. Re-implemented here, not copied (docs/methods/score_fusion.md).
 
 Method. Stage 1 trains one 2.5-D conditional epsilon model per slice direction (axial, coronal,
 sagittal): input = the noisy residual slice, 2k+1 neighbouring low-resolution slices and 3 global
@@ -16,9 +16,10 @@ output w gives eps_fused = (w0 + 1/3) eps1 + (w1 + 1/3) eps2 + (1/3 - w0 - w1) e
 starts exactly at the TOSM/MADM "merge" baseline (the mean of the three 2-D epsilons).
 
 Data (``data``). Default: real brain MRI, 16^3 crops of nilearn's MNI152 2009a T1 template (1 mm,
-read from the pinned nilearn wheel), 256 train / 16 val / 16 test crops from disjoint slabs along the
-anterior-posterior axis; 2x isotropic super-resolution, target = residual HR - up(LR). The synthetic
-phantoms (ellipsoids + thin tubes) stay behind ``data.source="synthetic"``; BraTS-layout NIfTI folders
+read from the pinned nilearn wheel), 256 train / 64 val / 16 test crops from disjoint slabs along the
+anterior-posterior axis; 4x through-plane super-resolution (thick slices along D, the anisotropic
+acquisition on which the three 2-D models disagree; docs/methods/score_fusion.md), target = residual
+HR - up(LR). The synthetic phantoms (ellipsoids + thin tubes) stay behind ``data.source="synthetic"``; BraTS-layout NIfTI folders
 behind ``data.source="nifti"`` (the ``paper`` scale).
 
 Arms (every one on the same frozen 2-D models of a seed, scored on the same noisy inputs and start noise):
@@ -28,7 +29,7 @@ Arms (every one on the same frozen 2-D models of a seed, scored on the same nois
   baseline                merge (the mean of the three 2-D epsilons; the paper's TOSM/MADM);
   baseline_tpdm           TPDM (one random slice model per sampler step), baseline_axial (one 2-D model).
 
-Selection (REVIEW.md rule 2). Stage 1: the 2-D learning rate is chosen from ``slice_train.lr_grid`` on
+Selection (docs/methods/score_fusion.md). Stage 1: the 2-D learning rate is chosen from ``slice_train.lr_grid`` on
 the axial model's validation loss (first seed) and used for all three directions; every 2-D fit stops
 early on its validation loss (patience) and ends on its best epoch's EMA weights. Stage 2: each fusion
 arm picks its own learning rate from ``fusion_train.lr_grid`` on validation eps-MSE (first seed), every
@@ -197,7 +198,7 @@ def prepare(cfg: Config, data_dir: Path) -> DatasetRef:
             "Gaussian-smoothed, min-max to [-1, 1]"
         )
     save_npz(data_dir / FILE, **arrays)
-    degradation = f"{d.pool}x average pool, nearest upsample"
+    degradation = f"{'x'.join(map(str, d.pool_factors))} ({d.acquisition}) average pool, nearest upsample"
     return write_manifest(
         data_dir,
         meta={
@@ -481,7 +482,7 @@ def eps_errors(
     axes = [f"baseline_{name}" for name in AXIS_NAMES]
     names = [*axes, "baseline", *FUSION_ARMS, CONTROL_ARM, "reference_gaussian_prior"]
     mse = {name: torch.empty(n * k) for name in names}
-    init_gap = weight_sum_err = 0.0
+    init_gap = weight_sum_err = disagreement = 0.0
     abs_w = torch.zeros(3, dtype=torch.float64)
     method = models["method"]
     for i in range(0, n * k, cfg.eval.chunk):
@@ -491,6 +492,8 @@ def eps_errors(
         x_t = schedule.q_sample(x0, t, noise)
         eps3 = method.eps_2d(x_t, c, t)
         merged = eps3.mean(1, keepdim=True)
+        # How much the three 2-D models disagree: the per-voxel variance of their epsilons (what fusion can use).
+        disagreement += float(eps3.var(1, unbiased=False).mean()) * len(idx)
         ab = schedule.alpha_bar(t, x_t)
         preds = {
             **{name: eps3[:, a : a + 1] for a, name in enumerate(axes)},
@@ -515,6 +518,7 @@ def eps_errors(
         "steps": steps,
         "mse": {name: v.view(n, k) for name, v in mse.items()},
         "init_gap": init_gap,
+        "slice_disagreement": disagreement / (n * k),
         "weight_sum_err": weight_sum_err,
         "mean_abs_w": (abs_w / (n * k)).tolist(),
     }
@@ -558,7 +562,7 @@ def sample_all(
                     ev.sample_steps,
                     ev.eta,
                     ev.self_consistency,
-                    cfg.data.pool,
+                    cfg.data.pool_factors,
                     noise_gen,
                 )
             )
@@ -606,6 +610,7 @@ def evaluate_seed(cfg: Config, models: dict[str, ScoreFusion], arrays: dict, dev
     for name in ("method", "ablation_residual_only", "baseline"):
         values[f"{name}/eps_mse_low_t"] = float(mse[name][low].mean())
     values["method/init_gap"], values["method/weight_sum_err"] = errs["init_gap"], errs["weight_sum_err"]
+    values["baseline/slice_disagreement"] = errs["slice_disagreement"]
     values.update({f"method/mean_abs_w{i}": w for i, w in enumerate(errs["mean_abs_w"])})
 
     samples, tpdm_counts = sample_all(cfg, models, schedule, cond, seed, SAMPLERS if k == 0 else CLAIM_SAMPLERS)
@@ -621,7 +626,7 @@ def evaluate_seed(cfg: Config, models: dict[str, ScoreFusion], arrays: dict, dev
         values[f"reference/lr_{metric}"] = float(per_volume.mean())
     # max |avg_pool(residual sample)| relative to max(1, max |sample|): float32 rounding scales with the values.
     values["method/pool_residual_max"] = max(
-        float(torch.nn.functional.avg_pool3d(s, cfg.data.pool).abs().max() / s.abs().max().clamp_min(1))
+        float(torch.nn.functional.avg_pool3d(s, cfg.data.pool_factors).abs().max() / s.abs().max().clamp_min(1))
         for s in samples.values()
     )
     if "baseline_tpdm" in samples:
@@ -779,6 +784,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "eps_mse_gaussian_prior": v["reference/eps_mse_gaussian_prior"],
         "psnr_lr_input": v["reference/lr_psnr"],
         "init_gap": v["method/init_gap"],
+        # the 2-D models' disagreement relative to merge's error: near 0, fusion has nothing to weigh
+        "slice_disagreement_over_merge_eps_mse": v.get("baseline/slice_disagreement", math.nan)
+        / max(v["baseline/eps_mse"], 1e-12),
         "weight_sum_err": v["method/weight_sum_err"],
         "pool_residual_max": v["method/pool_residual_max"],
     }

@@ -358,9 +358,10 @@ def test_phantoms_are_deterministic_scaled_and_the_residual_pools_to_zero():
     assert a["hr_val"].shape == (1, 8, 8, 8) and a["hr_test"].shape == (2, 8, 8, 8)
     assert np.allclose(hr.min((1, 2, 3)), -1) and np.allclose(hr.max((1, 2, 3)), 1)
     residual = torch.from_numpy(hr - a["lr_train"])[:, None]
-    assert torch.nn.functional.avg_pool3d(residual, 2).abs().max() < 1e-6
+    assert torch.nn.functional.avg_pool3d(residual, cfg.pool_factors).abs().max() < 1e-6
     lr = a["lr_train"]
-    assert np.array_equal(lr[:, ::2, ::2, ::2].repeat(2, 1).repeat(2, 2).repeat(2, 3), lr)  # nearest upsampled
+    fd, fh, fw = cfg.pool_factors
+    assert np.array_equal(lr[:, ::fd, ::fh, ::fw].repeat(fd, 1).repeat(fh, 2).repeat(fw, 3), lr)  # nearest upsampled
 
 
 def test_nifti_loader_crops_normalises_and_orders_like_dataset_brats(tmp_path):
@@ -382,7 +383,9 @@ def test_nifti_loader_crops_normalises_and_orders_like_dataset_brats(tmp_path):
     crop = raw[names[4]][1:9, 2:10, 1:5]  # centre crop (H, W, D) = (8, 8, 4)
     expected = np.moveaxis(2 * (crop - crop.min()) / (crop.max() - crop.min()) - 1, -1, 0)
     assert np.allclose(out["hr_test"][0], expected, atol=1e-6)
-    assert np.allclose(out["lr_test"][0], pool_upsample(expected[None].astype(np.float32), 2)[0], atol=1e-6)
+    assert np.allclose(
+        out["lr_test"][0], pool_upsample(expected[None].astype(np.float32), cfg.pool_factors)[0], atol=1e-6
+    )
     with pytest.raises(ValueError, match="smaller than the crop"):
         load_brats(tmp_path, DataConfig(source="nifti", shape=(8, 8, 8), nifti_dir="x"))
 
@@ -443,7 +446,7 @@ def test_mni_crops_stay_inside_their_split_slabs_and_hold_enough_brain(monkeypat
         for crop in crops:
             ys = np.round(crop[crop > -1] * 100).astype(int)
             assert any(a <= ys.min() and ys.max() < b for a, b in slabs[split]), (split, ys.min(), ys.max())
-        assert np.allclose(out[f"lr_{split}"], pool_upsample(crops, 2))
+        assert np.allclose(out[f"lr_{split}"], pool_upsample(crops, cfg.pool_factors))
     assert all(np.array_equal(out[k], load_mni152(cfg, seed=1)[k]) for k in out)  # deterministic from the seed
     with pytest.raises(ValueError, match="crops with brain fraction"):
         brain_crops(volume, [(0, 10)], 2, (4, 4, 8), 0.5, np.random.default_rng(0), "toy")
@@ -613,3 +616,21 @@ def test_claim_must_pass_checks_catch_an_untrained_baseline_and_a_broken_initial
     assert not broken.sanity["fusion_at_init_equals_merge"]
     smoke = _claim_of(eps, psnr_db, scale="smoke", **{"reference/seed1/eps_mse_gaussian_prior": 0.05})
     assert "merge_beats_data_free_eps" not in smoke.sanity  # a few smoke steps need not learn
+
+
+def test_through_plane_pooling_blurs_along_d_only_and_the_projection_matches_it():
+    """The default acquisition: 4x thick slices along D, full in-plane resolution; the self-consistency
+    projection uses the same per-axis factors (idempotent, pools to zero)."""
+    rng = np.random.default_rng(3)
+    volumes = rng.uniform(-1, 1, (2, 8, 4, 4)).astype(np.float32)
+    lr = pool_upsample(volumes, (4, 1, 1))
+    expected = volumes.reshape(2, 2, 4, 4, 4).mean(2).repeat(4, axis=1)
+    assert np.allclose(lr, expected, atol=1e-6)
+    assert np.allclose(pool_upsample(volumes, 2), pool_upsample(volumes, (2, 2, 2)))
+    x = torch.from_numpy(volumes)[:, None]
+    p = pool_zero_projection(x, (4, 1, 1))
+    assert torch.nn.functional.avg_pool3d(p, (4, 1, 1)).abs().max() < 1e-6
+    assert torch.allclose(pool_zero_projection(p, (4, 1, 1)), p, atol=1e-6)
+    cfg = Config.for_scale("default")
+    assert cfg.data.pool_factors == (4, 1, 1) and cfg.data.n_val * cfg.fusion_train.val_repeats >= 256
+    assert Config.for_scale("paper").data.pool_factors == (4, 4, 4)
