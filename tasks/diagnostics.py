@@ -180,8 +180,15 @@ def diagnose(claim: ClaimResult, evidence: Evidence | None = None) -> ClaimResul
     flags = selection_flags(evidence) + fit_flags(evidence) + claim_flags(claim)
     explained = [Flag(f.kind, f.code, f.subject, f.text, _explanation(claim, f)) for f in flags]
     claim.diagnostics = explained
-    claim.power = {c.name: units_to_decide(c) for c in claim.criteria if c.state == "inconclusive"}
+    # None where the units cannot say (no spread, one unit): NaN would not survive claim.json's round trip.
+    claim.power = {c.name: _finite_or_none(units_to_decide(c)) for c in claim.criteria if c.state == "inconclusive"}
     return claim
+
+
+def _finite_or_none(value):
+    import math
+
+    return value if value is None or math.isfinite(float(value)) else None
 
 
 def figures(evidence: Evidence, plots_dir) -> list:

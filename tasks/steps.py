@@ -203,7 +203,9 @@ def evaluate(spec: MethodSpec, cfg: MethodConfig, root: Path) -> tuple[Metrics, 
         result = module.claim(cfg, metrics)
         recorded = evidence.Evidence.from_dict(artifacts.evidence)
         diagnostics.diagnose(result, recorded)
-        metrics.figures += diagnostics.figures(recorded, staging / "plots")
+        # The spine's own figures sit beside the method's in plots/ (tracking logs both); metrics.figures stays
+        # the method's list, which its tests may compare exactly.
+        diagnostics.figures(recorded, staging / "plots")
         # A NaN estimate already fails its criterion (models.base.Criterion.state); figures must be finite too.
         bad = metrics.non_finite() + [k for k, v in result.figures.items() if not math.isfinite(float(v))]
         result.sanity.setdefault("finite_metrics", not bad)

@@ -294,7 +294,8 @@ def log_results(
         c.log_batch(run_id, metrics=values[i : i + 900])
     for key, value in claim_tags(claim).items():
         c.set_tag(run_id, key, value)
-    for fig in metrics.figures:
+    spine_figures = sorted((out_dir / "plots").glob("diagnostics_*.png")) if (out_dir / "plots").is_dir() else []
+    for fig in dict.fromkeys([*map(Path, metrics.figures), *spine_figures]):
         c.log_artifact(run_id, str(fig), "plots")
     for name in ("metrics.json", "claim.json"):
         if (out_dir / name).exists():

@@ -360,7 +360,6 @@ def test_smoke_pipeline(smoke_run):
         "cumulative_regret.png",
         "cumulative_regret_by_beta.png",
         "beta_sweep.png",
-        "diagnostics_fits.png",  # the spine's figure of every recorded fit
     }
     # The sweep's beta (1.0 at smoke) runs beside the deciding one, on the same seeds, with its own units.
     assert set(metrics.unit("last10_reward_g2_p025_beta1", "method").labels) == {"seed0", "seed1"}
