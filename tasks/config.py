@@ -33,7 +33,11 @@ _PLAIN = {
     "bool": (re.compile(r"^(?:true|false)$"), "tf"),
     "int": (re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), "-+0123456789"),
     "float": (
-        re.compile(r"^[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"),
+        # YAML 1.2 core's infinities and NaN stay numbers, so the finite-number check names them.
+        re.compile(
+            r"^(?:[-+]?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
         "-+.0123456789",
     ),
 }
