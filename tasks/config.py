@@ -25,10 +25,13 @@ class StrictYamlLoader(yaml.SafeLoader):
     forms stay strings here, which the strict configs then refuse with the key's name."""
 
 
-for _tag in ("bool", "int", "float"):
-    _full = f"tag:yaml.org,2002:{_tag}"
-    for _first, _resolvers in list(StrictYamlLoader.yaml_implicit_resolvers.items()):
-        StrictYamlLoader.yaml_implicit_resolvers[_first] = [(t, r) for t, r in _resolvers if t != _full]
+# A copy, not the inherited dict: editing SafeLoader's own table would change every yaml.safe_load in the
+# process (dask read its TLS version 1.2 as the string '1.2' and refused to start a cluster).
+_DROPPED = {f"tag:yaml.org,2002:{_tag}" for _tag in ("bool", "int", "float")}
+StrictYamlLoader.yaml_implicit_resolvers = {
+    _first: [(t, r) for t, r in _resolvers if t not in _DROPPED]
+    for _first, _resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _PLAIN = {
     "bool": (re.compile(r"^(?:true|false)$"), "tf"),
     "int": (re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), "-+0123456789"),

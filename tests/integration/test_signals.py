@@ -129,7 +129,9 @@ def test_a_sigterm_during_lightning_training_is_never_lost(project, after):
 
     from tasks import tracking
 
-    proc, lines, children = _start_training(project, ("bnn_linf", "--scale", "smoke"), wait=after)
+    # 40 epochs and patience 40: the smoke fit (3 epochs) ends before a signal sent 4 s in.
+    command = ("bnn_linf", "--scale", "smoke", "--set", "max_epochs=40", "--set", "patience=40")
+    proc, lines, children = _start_training(project, command, wait=after)
     try:
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)

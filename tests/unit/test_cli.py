@@ -201,3 +201,14 @@ def test_a_corrupt_mlflow_store_is_one_line_naming_the_file_and_the_fix(tmp_path
     assert out.returncode == 1, out.stderr[-2000:]
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "mlflow.db cannot be opened" in lines[0] and "mv " in lines[0], out.stderr[-2000:]
+
+
+def test_the_strict_loader_leaves_every_other_yaml_reader_in_the_process_alone():
+    """The strict loader once edited SafeLoader's own resolver table, so after tasks.config was imported dask
+    read its TLS version 1.2 as the string '1.2' and no Dask cluster could start."""
+    import yaml
+
+    from tasks.config import parse_value
+
+    assert parse_value("0x10") == "0x10"
+    assert yaml.safe_load("a: 1.2\nb: 0x10\nc: yes") == {"a": 1.2, "b": 16, "c": True}
