@@ -447,7 +447,9 @@ def test_smoke_pipeline(smoke_run):
     ]
     w2 = result.criterion("energy_w2_smc_minus_snis")
     # Smoke samples one seed: the estimate is that seed's difference, and one unit can only be inconclusive.
-    assert w2.estimate == pytest.approx(v[f"method/energy_w2_seed{cfg.seed}"] - v[f"baseline/energy_w2_seed{cfg.seed}"])
+    flat = run.metrics.flat()
+    assert w2.estimate == pytest.approx(flat["method/seed0/energy_w2"] - flat["baseline/seed0/energy_w2"])
+    assert w2.labels == ("seed0",) and w2.covers
     assert w2.n_units == 1 and w2.state == "inconclusive" and "one unit" in w2.why
     model = SPEC.module().load_model(cfg, run.artifacts.model_dir)
     assert isinstance(model, torch.nn.Module)
@@ -458,10 +460,20 @@ def test_smoke_pipeline(smoke_run):
 
 
 def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=(1.0, 1.2), lineages=(0.5, 0.2)):
-    """claim() at default scale on hand-built per-seed metrics; must-pass figures passing unless changed."""
+    """claim() at default scale on hand-built per-seed metrics; must-pass figures passing unless changed.
+    ``effective_samples``: SNIS's Kish ESS x N, one number for every seed or one per seed."""
     from models.base import Metrics
 
     cfg = SPEC.make_config("default")
+    n = cfg.sampler.n_seeds
+    per_seed = {
+        "energy_w2": (w2_smc, w2_snis),
+        "energy_mean_gap": (gap_smc, gap_snis),
+        "torus_w2": ([torus[0] + 0.01 * k for k in range(n)], [torus[1] + 0.01 * k for k in range(n)]),
+        "unique_fraction": ([lineages[0] + 0.01 * k for k in range(n)], [lineages[1] + 0.01 * k for k in range(n)]),
+        "energy_mean": ([-20.0] * n, [-10.0] * n),
+    }
+    effective = [float(effective_samples)] * n if np.ndim(effective_samples) == 0 else list(effective_samples)
     v = {
         "check/invert_max_abs": 0.0,
         "check/logdet_max_abs_err": 0.0,
@@ -469,28 +481,25 @@ def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=
         "check/flow_val_nll": -2.1,
         "check/initial_val_nll": -2.0,
         "baseline/ess": 0.1,
-        "baseline/effective_samples": effective_samples,
+        "baseline/effective_samples": float(np.median(effective)),  # the median the old check read
         "method/ess_final": 0.5,
-        "method/energy_mean": -20.0,
-        "baseline/energy_mean": -10.0,
         "proposal/energy_median": 0.0,
-        "proposal/energy_w2": 50.0,
-        "proposal/torus_w2": 1.0,
         "md/energy_mean": -23.0,
         "select/smc/eps": 0.3,
     }
-    n = cfg.sampler.n_seeds
-    per_seed = {
-        "energy_w2": (w2_smc, w2_snis),
-        "energy_mean_gap": (gap_smc, gap_snis),
-        "torus_w2": ([torus[0] + 0.01 * k for k in range(n)], [torus[1] + 0.01 * k for k in range(n)]),
-        "unique_fraction": ([lineages[0] + 0.01 * k for k in range(n)], [lineages[1] + 0.01 * k for k in range(n)]),
-    }
+    metrics = Metrics(v)
+    labels = [f"seed{k}" for k in range(n)]
     for key, (smc, snis) in per_seed.items():
-        for k in range(n):
-            v[f"method/{key}_seed{cfg.seed + k}"], v[f"baseline/{key}_seed{cfg.seed + k}"] = smc[k], snis[k]
+        metrics.add_units(key, "method", smc, labels)
+        metrics.add_units(key, "baseline", snis, labels)
         v[f"method/{key}"], v[f"baseline/{key}"] = float(np.median(smc)), float(np.median(snis))
-    return SPEC.module().claim(cfg, Metrics(v))
+    metrics.add_units("energy_w2", "proposal", [50.0 + k for k in range(n)], labels)  # the raw flow: far off
+    metrics.add_units("torus_w2", "proposal", [1.0] * n, labels)
+    metrics.add_units("effective_samples", "baseline", effective, labels)
+    metrics.add_units("ess", "baseline", [0.1] * n, labels)
+    metrics.add_units("ess_final", "method", [0.5] * n, labels)
+    v["proposal/energy_w2"], v["proposal/torus_w2"] = 50.0, 1.0
+    return SPEC.module().claim(cfg, metrics)
 
 
 SNIS_W2 = [10.0, 12.0, 11.0, 10.5, 11.5]
@@ -517,4 +526,21 @@ def test_claim_states_follow_the_seed_intervals():
 def test_degenerate_snis_fails_the_must_pass_check():
     degenerate = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, effective_samples=1.0)
     assert not degenerate.sane
-    assert not degenerate.sanity["snis_not_degenerate_ess_x_n>=10"]
+    assert not degenerate.sanity["snis_not_degenerate_ess_x_n>=10_every_seed"]
+
+
+def test_one_degenerate_seed_fails_the_must_pass_although_the_median_passes():
+    """The review's case: one sampling seed keeps 7.1 effective samples, the median seed 40 (bar 10)."""
+    one_low = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, effective_samples=[40.0, 7.1, 55.0, 38.0, 60.0])
+    assert np.median([40.0, 7.1, 55.0, 38.0, 60.0]) >= 10  # the old median check would have passed
+    assert not one_low.sanity["snis_not_degenerate_ess_x_n>=10_every_seed"] and not one_low.sane
+    assert one_low.figures["effective_samples_snis_min_over_seeds"] == pytest.approx(7.1)
+    every = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, effective_samples=[40.0, 10.0, 55.0, 38.0, 60.0])
+    assert every.sanity["snis_not_degenerate_ess_x_n>=10_every_seed"] and every.sane
+
+
+def test_the_raw_flow_control_fails_the_energy_criterion():
+    clear = _claim_of([5.0, 5.5, 5.2, 5.1, 5.3], SNIS_W2, [1.0] * 5, [4.0, 4.1, 3.9, 4.0, 4.2])
+    (control,) = clear.controls
+    assert control.of == "energy_w2_smc_minus_snis" and control.criterion.state == "fails"
+    assert clear.verdict == "holds"
