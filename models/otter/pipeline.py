@@ -86,17 +86,21 @@ import torch
 
 from models.base import (
     ClaimResult,
+    Control,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
     write_manifest,
 )
 from models.common import verdicts as V
+from models.common.evidence import record_fit
 from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
+from models.common.units import unit_labels
 
 from . import data as tabletop
 from . import plots
@@ -105,6 +109,12 @@ from .networks import AllTokensPolicy, CLIPEncoder, OtterPolicy, load_clip_weigh
 from .training import EARLY_STOPPING_METRIC, BehaviourCloning, ContrastivePretraining, train_loader, validation_loader
 
 ARMS = ("method", "finetuned", "baseline")
+# The negative control: OTTER's head, at the method's chosen lr and budget, on a frozen encoder whose
+# vision-language pretraining was removed (the same architecture, randomly initialised). Without the alignment
+# the text-aware selection has nothing to select with, so it must not reach the held-out success bar.
+CONTROL = "control_unaligned"
+CONTROL_ENCODER_SEED = 7919  # the untrained encoder's initialisation, an offset from cfg.seed
+COVERS = ("behaviour-cloning seed (head initialisation, batch order)",)
 LEARNS_TASK_SUCCESS = 0.5  # seen-target success every arm must reach: a majority of episodes (random policy ~0.05)
 METHOD_SEEN_SUCCESS = 0.8  # brief: OTTER's seen success
 PROBE_LOCALISATION = 0.9  # brief: word->patch argmax localisation on held-out targets
@@ -219,7 +229,7 @@ def build_policy(cfg: Config, arm: str, encoder: CLIPEncoder) -> torch.nn.Module
     p = cfg.policy
     return OtterPolicy(
         encoder,
-        frozen=arm == "method",
+        frozen=arm in ("method", CONTROL),
         tau=p.tau,
         learn_tau=p.learn_tau,
         tau_min=p.tau_min,
@@ -248,8 +258,9 @@ class CloningData:
     val_scenes: dict[str, np.ndarray]
 
 
-def load_cloning_data(cfg: Config, data: DatasetRef) -> CloningData:
-    encoder = load_encoder(cfg, data)
+def load_cloning_data(cfg: Config, data: DatasetRef, encoder: CLIPEncoder | None = None) -> CloningData:
+    """The cloning data as seen through ``encoder`` (default: the pretrained one)."""
+    encoder = load_encoder(cfg, data) if encoder is None else encoder
 
     def tensors(name: str) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         demos = load_npz(data, name)
@@ -281,13 +292,16 @@ def arm_grid(cfg: Config, arm: str, method_lr: float | None = None) -> list[dict
     return grid(lr=cfg.bc.lr_grid)
 
 
-def fit_arm(cfg: Config, bc: CloningData, arm: str, point: dict, seed: int) -> tuple[float, Fitted]:
+def fit_arm(cfg: Config, bc: CloningData, arm: str, point: dict, seed: int, unit: str = "") -> tuple[float, Fitted]:
     """Train one arm at one grid point and seed, stopping early on the seen-target validation L1; the
-    selection score is the closed-loop seen-target validation success (ties: lower L1)."""
+    selection score is the closed-loop seen-target validation success (ties: lower L1). With ``unit`` the fit
+    is a compared one (recorded for the verdict diagnostics)."""
     torch.manual_seed(seed)  # identical head initialisation for every arm and grid point of a seed
     policy = build_policy(cfg, arm, copy.deepcopy(bc.encoder))
     train_tensors, val_tensors = (bc.train_features, bc.val_features) if policy.frozen else (bc.train_raw, bc.val_raw)
-    callbacks = early_stopping_callbacks(EARLY_STOPPING_METRIC, cfg.bc.patience, mode="min")
+    callbacks = early_stopping_callbacks(
+        EARLY_STOPPING_METRIC, cfg.bc.patience, mode="min", arm=arm if unit else "", unit=unit
+    )
     settings = ", ".join(f"{k}={v:g}" for k, v in point.items())
     module = BehaviourCloning(policy, point["lr"], point.get("encoder_lr", 0.0), cfg.bc.weight_decay)
     records = fit(
@@ -315,13 +329,28 @@ def weights_file(model_dir: Path, arm: str, seed_index: int) -> Path:
     return Path(model_dir) / f"{arm}_seed{seed_index}.pt"
 
 
+def record_pretraining(records: list[dict[str, float]], window: int = 5) -> None:
+    """Record the encoder's contrastive pretraining (a fixed step schedule, shared by every arm) for the verdict
+    diagnostics: its best point is the minimum of the training loss smoothed over ``window`` logged steps (the
+    per-batch loss is too noisy for its raw minimum to say whether the loss still falls)."""
+    losses = np.array([r["train/loss"] for r in records if "train/loss" in r], dtype=float)
+    if len(losses) == 0:
+        return
+    smoothed = np.convolve(losses, np.ones(window) / window, mode="valid") if len(losses) >= window else losses
+    best = int(np.argmin(smoothed)) + (len(losses) - len(smoothed))  # index of the window's last logged step
+    record_fit("encoder_pretraining", "", best, len(losses), stopped_early=False, patience=None)
+
+
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     bc = load_cloning_data(cfg, data)
     history: dict[str, list[dict[str, float]]] = {
         "pretrain": json.loads(data.file("pretrain_history.json").read_text())
     }
+    if not cfg.clip_weights:  # the pretrained encoder is part of what decides the verdict
+        record_pretraining(history["pretrain"])
     summary: dict[str, float] = {}
     selections = {}
+    units = unit_labels("seed", cfg.n_seeds)
     for arm in ARMS:
         trials: list[dict] = []
 
@@ -334,9 +363,12 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             return score, fitted
 
         points = arm_grid(cfg, arm, selections.get("method", {}).get("chosen", {}).get("lr"))
-        selection, first = select_on_validation(arm, points, fit_and_score, metric="score")
+        selection, first = select_on_validation(arm, points, fit_and_score, metric="score", unit=units[0])
         print(f"  selected {selection.describe()}", flush=True)
-        fits = [first] + [fit_arm(cfg, bc, arm, selection.chosen, cfg.seed + k)[1] for k in range(1, cfg.n_seeds)]
+        first.best.record(arm, units[0])  # the chosen point's fit on the first seed is a compared one
+        fits = [first] + [
+            fit_arm(cfg, bc, arm, selection.chosen, cfg.seed + k, units[k])[1] for k in range(1, cfg.n_seeds)
+        ]
         for k, fitted in enumerate(fits):
             torch.save(fitted.policy.state_dict(), weights_file(out_dir, arm, k))
             history[history_key(arm, k)] = fitted.records
@@ -344,6 +376,12 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             summary[f"select/{arm}/seed{k}/val_success"] = fitted.val_success
         summary.update(selection.summary())
         selections[arm] = {"chosen": selection.chosen, "table": trials}
+    # The negative control: the method's chosen point on an encoder without its pretraining, every seed.
+    torch.manual_seed(cfg.seed + CONTROL_ENCODER_SEED)
+    unaligned = load_cloning_data(cfg, data, build_encoder(cfg).eval())
+    for k in range(cfg.n_seeds):
+        fitted = fit_arm(cfg, unaligned, CONTROL, selections["method"]["chosen"], cfg.seed + k)[1]
+        torch.save(fitted.policy.state_dict(), weights_file(out_dir, CONTROL, k))
     (Path(out_dir) / "selection.json").write_text(json.dumps(selections, indent=1))
     return TrainedArtifacts(out_dir, history, summary)
 
@@ -444,24 +482,31 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         )
     values["check/heldout_bc_targets"] = float(tabletop.is_heldout(demos["target_pair"], d.split).sum())
     reference = encoder.state_dict()
-    per_seed: dict[str, dict[str, list[float]]] = {arm: {"seen": [], "heldout": []} for arm in ARMS}
+    metrics = Metrics({}, [])
+    labels = unit_labels("seed", cfg.n_seeds)
+    per_seed: dict[str, dict[str, list[float]]] = {arm: {"seen": [], "heldout": []} for arm in (*ARMS, CONTROL)}
     stats: dict[str, list[dict[str, float]]] = {}
     first_policies = {}
-    for arm in ARMS:
-        unchanged = True
+    for arm in (*ARMS, CONTROL):
+        unchanged, taus = True, []
         for k in range(cfg.n_seeds):
             policy = load_policy(cfg, artifacts.model_dir, arm, k)
             first_policies.setdefault(arm, policy)
             for split, scenes in episodes.items():
-                rate = success_rate(cfg, policy, scenes)
-                per_seed[arm][split].append(rate)
-                values[f"{arm}/seed{k}/success_{split}"] = rate
-                if isinstance(policy, OtterPolicy):
+                per_seed[arm][split].append(success_rate(cfg, policy, scenes))
+                if isinstance(policy, OtterPolicy) and arm != CONTROL:
                     stats.setdefault(f"{arm}/{split}", []).append(selection_stats(policy, scenes, grid))
             unchanged &= all(torch.equal(v, policy.encoder.state_dict()[n]) for n, v in reference.items())
             if isinstance(policy, OtterPolicy):
-                values[f"{arm}/seed{k}/tau"] = float(policy.tau.detach())
-        values[f"{arm}/encoder_unchanged"] = float(unchanged)
+                taus.append(float(policy.tau.detach()))
+        seen, held = (np.array(per_seed[arm][split]) for split in ("seen", "heldout"))
+        metrics.add_units("success_seen", arm, seen, labels)
+        metrics.add_units("success_heldout", arm, held, labels)
+        metrics.add_units("heldout_over_seen", arm, held / np.maximum(seen, 1e-9), labels)
+        if taus:
+            metrics.add_units("tau", arm, taus, labels)
+        if arm != CONTROL:
+            values[f"{arm}/encoder_unchanged"] = float(unchanged)
         for split, rates in per_seed[arm].items():
             values[f"{arm}/success_{split}"] = float(np.mean(rates))
         values[f"{arm}/heldout_over_seen"] = values[f"{arm}/success_heldout"] / max(values[f"{arm}/success_seen"], 1e-9)
@@ -473,7 +518,7 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     selections = json.loads((Path(artifacts.model_dir) / "selection.json").read_text())
     plot_dir = Path(out_dir) / "plots"
     figures = [
-        plots.plot_success(per_seed, plot_dir / "success.png"),
+        plots.plot_success({arm: per_seed[arm] for arm in ARMS}, plot_dir / "success.png"),
         selected_patches_figure(cfg, first_policies, episodes, plot_dir / "selected_patches.png"),
         plots.plot_curves(artifacts.history, list(ARMS), plot_dir / "learning_curves.png"),
         plots.plot_selection(
@@ -482,7 +527,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             plot_dir / "selection.png",
         ),
     ]
-    return Metrics(values, figures)
+    metrics.values, metrics.figures = values, figures
+    return metrics
 
 
 @torch.no_grad()
@@ -510,9 +556,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     and batches), each a mean with its t-interval: OTTER's held-out success >= 0.5, OTTER - fine-tuned >= 0.2,
     OTTER - all-tokens >= 0.3 (held-out success), OTTER's held-out / seen success >= 0.8."""
     v = metrics.values
-
-    def per_seed(arm: str, split: str = "heldout") -> np.ndarray:
-        return np.array([v[f"{arm}/seed{k}/success_{split}"] for k in range(cfg.n_seeds)])
+    held = metrics.paired("success_heldout", *ARMS, CONTROL)
+    ratio = metrics.paired("heldout_over_seen", "method", CONTROL)
 
     tol = 1e-9  # success rates are counts / n: 0.6 >= 0.4 + 0.2 must hold despite float round-off
     units = f"paired BC seeds ({cfg.data.n_eval} episodes per split each)"
@@ -520,36 +565,63 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         V.mean_criterion(
             "heldout_success",
             "OTTER (frozen encoder) success on held-out-colour targets",
-            per_seed("method"),
+            held["method"],
             0.5 - tol,
             ">=",
             units=units,
+            covers=COVERS,
         ),
         V.difference_criterion(
             "vs_finetuned_heldout",
             "OTTER minus fine-tuned-encoder OTTER (encoder lr chosen on seen-target validation), held-out success",
-            per_seed("method"),
-            per_seed("finetuned"),
+            held["method"],
+            held["finetuned"],
             0.2 - tol,
             ">=",
             units=units,
+            covers=COVERS,
         ),
         V.difference_criterion(
             "vs_all_tokens_heldout",
             "OTTER minus the all-tokens frozen head, held-out success",
-            per_seed("method"),
-            per_seed("baseline"),
+            held["method"],
+            held["baseline"],
             0.3 - tol,
             ">=",
             units=units,
+            covers=COVERS,
         ),
         V.mean_criterion(
             "heldout_over_seen",
             "OTTER's held-out / seen success (per seed)",
-            per_seed("method") / np.maximum(per_seed("method", "seen"), 1e-9),
+            ratio["method"],
             0.8 - tol,
             ">=",
             units=units,
+            covers=COVERS,
+        ),
+    ]
+    controls = [
+        Control(
+            "heldout_success",
+            "the vision-language pretraining removed: OTTER's head (method's lr, same budget) on a frozen, "
+            "randomly initialised encoder",
+            V.mean_criterion(
+                "heldout_success",
+                "OTTER on an unaligned (untrained) frozen encoder, success on held-out-colour targets",
+                held[CONTROL],
+                0.5 - tol,
+                ">=",
+                units=units,
+                covers=COVERS,
+            ),
+        )
+    ]
+    chance = v["random/success_heldout"]
+    separations = [
+        Separation("held-out success", {a: v[f"{a}/success_heldout"] for a in ARMS}, floor=chance, ceiling=1.0),
+        Separation(
+            "seen success", {a: v[f"{a}/success_seen"] for a in ARMS}, floor=v["random/success_seen"], ceiling=1.0
         ),
     ]
     figures: dict[str, float] = {}
@@ -567,6 +639,8 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             if f"{arm}/{key}" in v:
                 figures[f"{arm}/{key}"] = v[f"{arm}/{key}"]
     figures["probe/localisation_heldout"] = v["probe/localisation_heldout"]
+    figures["control_unaligned/success_heldout"] = v[f"{CONTROL}/success_heldout"]
+    figures["control_unaligned/success_seen"] = v[f"{CONTROL}/success_seen"]
     figures["random/success_seen"] = v["random/success_seen"]
     figures["method_minus_finetuned_heldout"] = v["method/success_heldout"] - v["finetuned/success_heldout"]
     figures["method_minus_baseline_heldout"] = v["method/success_heldout"] - v["baseline/success_heldout"]
@@ -610,4 +684,6 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         sanity=sanity,
         figures=figures,
         notes=notes,
+        controls=controls,
+        separations=separations,
     )

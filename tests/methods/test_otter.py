@@ -282,21 +282,27 @@ def test_smoke_pipeline(smoke_run):
     ]
     # one BC seed at smoke scale: every criterion is one unit, so at best inconclusive
     assert all(c.n_units == 1 for c in claim.criteria) and claim.verdict in ("inconclusive", "fails")
-    assert claim.criterion("heldout_success").estimate == v["method/seed0/success_heldout"]
+    assert claim.criterion("heldout_success").estimate == run.metrics.unit("success_heldout", "method")[0]
+    assert claim.criterion("heldout_success").labels == ("seed0",)
+    assert [c.of for c in claim.controls] == ["heldout_success"] and claim.separations
     names = {p.name for p in run.metrics.figures}
     assert {"success.png", "selected_patches.png", "learning_curves.png", "selection.png"} <= names
     model = SPEC.module().load_model(run.cfg, run.layout.model_dir)
     assert isinstance(model, OtterPolicy) and model.frozen
 
 
-def _metrics(method_heldout, finetuned_heldout, baseline_heldout, seen=0.9, baseline_seen=0.9):
-    """Hand-built evaluation numbers for ``claim``: per-seed held-out success of the three arms, sane checks."""
+def _metrics(method_heldout, finetuned_heldout, baseline_heldout, seen=0.9, baseline_seen=0.9, control=None):
+    """Hand-built evaluation numbers for ``claim``: per-seed held-out success of the three arms (and of the
+    unaligned-encoder control, 0.05 unless given), sane checks."""
     from models.base import Metrics
+    from models.common.units import unit_labels
+    from models.otter.pipeline import CONTROL
 
     values = {
         "expert/success_seen": 1.0,
         "expert/success_heldout": 1.0,
         "random/success_seen": 0.05,
+        "random/success_heldout": 0.05,
         "check/heldout_bc_targets": 0.0,
         "method/encoder_unchanged": 1.0,
         "baseline/encoder_unchanged": 1.0,
@@ -304,15 +310,19 @@ def _metrics(method_heldout, finetuned_heldout, baseline_heldout, seen=0.9, base
         "probe/localisation_seen": 1.0,
         "probe/localisation_heldout": 0.95,
     }
-    for arm, held in (("method", method_heldout), ("finetuned", finetuned_heldout), ("baseline", baseline_heldout)):
+    metrics = Metrics(values)
+    control = [0.05] * len(method_heldout) if control is None else control
+    arms = (("method", method_heldout), ("finetuned", finetuned_heldout), ("baseline", baseline_heldout))
+    for arm, held in (*arms, (CONTROL, control)):
         arm_seen = baseline_seen if arm == "baseline" else seen
-        for k, rate in enumerate(held):
-            values[f"{arm}/seed{k}/success_heldout"] = rate
-            values[f"{arm}/seed{k}/success_seen"] = arm_seen
+        labels = unit_labels("seed", len(held))
+        metrics.add_units("success_heldout", arm, held, labels)
+        metrics.add_units("success_seen", arm, [arm_seen] * len(held), labels)
+        metrics.add_units("heldout_over_seen", arm, np.array(held) / max(arm_seen, 1e-9), labels)
         values[f"{arm}/success_heldout"] = float(np.mean(held))
         values[f"{arm}/success_seen"] = arm_seen
         values[f"{arm}/heldout_over_seen"] = float(np.mean(held)) / max(arm_seen, 1e-9)
-    return Metrics(values)
+    return metrics
 
 
 def test_claim_intervals_over_paired_seeds():
@@ -344,6 +354,11 @@ def test_claim_intervals_over_paired_seeds():
     # ... and the fine-tuned arm ahead on every seed fails (the claim reverses, as at encoder lr 1e-4).
     reversed_ = claim(cfg, _metrics([0.62, 0.65, 0.63], [0.81, 0.85, 0.83], [0.03, 0.02, 0.04]))
     assert reversed_.criterion("vs_finetuned_heldout").state == "fails" and reversed_.verdict == "fails"
+    # The negative control (OTTER on an unaligned encoder) fails at 0.05; were it to reach the bar too, the
+    # criteria could not tell the method from it and a claim that would hold is inconclusive.
+    assert clear.controls[0].criterion.state == "fails" and not clear.controls[0].passes
+    leaky = claim(cfg, _metrics([0.80, 0.82, 0.84], [0.40, 0.42, 0.41], [0.05, 0.04, 0.06], control=[0.7, 0.72, 0.71]))
+    assert leaky.controls[0].passes and leaky.verdict == "inconclusive"
 
 
 def test_all_tokens_baseline_must_learn_the_seen_task():
