@@ -103,11 +103,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    Control,
+    DatasetRef,
+    Metrics,
+    Scale,
+    Separation,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
 from models.common import verdicts as V
 from models.common.batches import Rows, random_batches, whole_batch
 from models.common.lightning import fit
 from models.common.selection import BestWeights, early_stopping_callbacks, grid, learns_task, select_on_validation
+from models.common.units import unit_labels
 
 from .algorithm import (
     Normaliser,
@@ -153,6 +164,10 @@ ARMS = {
 }
 BASELINES = ("baseline", "baseline_so3")
 TESTS = ("yaw", "so3")
+# The negative control: the augmented Diffusion Policy at its chosen lr, retrained on other seeds and scored as if
+# it were SDP-lite. It has no equivariance at all, so it must not beat the baseline it is a copy of.
+PLACEBO, PLACEBO_SEED_OFFSET = "control_placebo", 1000
+PLACEBO_OF = "baseline"
 
 
 # ----------------------------------------------------------------------------- data
@@ -242,15 +257,25 @@ class Fitted:
     params: int
 
 
-def fit_arm(cfg: Config, arm: str, lr: float, seed: int, rows: dict[str, Rows], val: dict, norm: Normaliser):
+def fit_arm(
+    cfg: Config,
+    arm: str,
+    lr: float,
+    seed: int,
+    rows: dict[str, Rows],
+    val: dict,
+    norm: Normaliser,
+    unit: str = "",
+):
     """Train one arm at one learning rate and seed; early stopping on the EMA validation loss, then the
-    validation success of the best epoch's EMA weights (the selection score)."""
-    spec, tc = ARMS[arm], cfg.train
+    validation success of the best epoch's EMA weights (the selection score). With ``unit`` the fit is one of
+    the compared ones (recorded for the verdict diagnostics)."""
+    spec, tc = ARMS[PLACEBO_OF if arm == PLACEBO else arm], cfg.train
     torch.manual_seed(seed)  # same initial draw per policy kind, same batches and diffusion noise per seed
     policy = build_policy(cfg, spec.policy)
     module = DiffusionPolicyModule(policy, make_schedule(cfg.diffusion), tc, lr, spec.augment, seed)
     per_epoch = min(tc.steps_per_epoch, tc.steps)
-    callbacks = early_stopping_callbacks("val/loss", tc.patience, mode="min")
+    callbacks = early_stopping_callbacks("val/loss", tc.patience, mode="min", arm=arm if unit else "", unit=unit)
     records = fit(
         module,
         random_batches(rows[spec.train_split], tc.batch_size, per_epoch, seed),
@@ -258,7 +283,7 @@ def fit_arm(cfg: Config, arm: str, lr: float, seed: int, rows: dict[str, Rows], 
         max_epochs=math.ceil(tc.steps / per_epoch),
         max_steps=tc.steps,
         seed=seed,
-        variant=f"{LABELS[arm]} (lr={lr:g}), seed {seed}",
+        variant=f"{LABELS.get(arm, arm)} (lr={lr:g}), seed {seed}",
         callbacks=callbacks,
     )
     ema = module.ema.eval()
@@ -274,16 +299,21 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     history: dict[str, list[dict[str, float]]] = {}
     summary: dict[str, float] = {"position_scale": norm.scale}
     selections = {}
+    units = unit_labels("seed", cfg.train.n_seeds)
     for arm in ARMS:
         selection, first = select_on_validation(
             arm,
             grid(lr=cfg.train.lr_grid),
             lambda point, arm=arm: fit_arm(cfg, arm, point["lr"], cfg.seed, rows, val, norm),
             metric="success",
+            unit=units[0],
         )
         print(f"  selected {selection.describe()}", flush=True)
+        first.best.record(arm, units[0])  # the chosen point's fit on the first seed is a compared one
         lr = selection.chosen["lr"]
-        fits = [first] + [fit_arm(cfg, arm, lr, cfg.seed + k, rows, val, norm)[1] for k in range(1, cfg.train.n_seeds)]
+        fits = [first] + [
+            fit_arm(cfg, arm, lr, cfg.seed + k, rows, val, norm, units[k])[1] for k in range(1, cfg.train.n_seeds)
+        ]
         for k, fitted in enumerate(fits):
             torch.save(fitted.ema.state_dict(), weights(out_dir, arm, k))
             history[f"{arm}/seed{k}"] = fitted.records
@@ -292,13 +322,19 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
         summary.update(selection.summary())
         summary[f"{arm}/params"] = float(fits[0].params)
         selections[arm] = {"chosen": selection.chosen, "table": selection.table}
+    for k in range(cfg.train.n_seeds):  # the negative control: the baseline's chosen point on seeds of its own
+        seed = cfg.seed + PLACEBO_SEED_OFFSET + k
+        placebo = fit_arm(cfg, PLACEBO, selections[PLACEBO_OF]["chosen"]["lr"], seed, rows, val, norm)[1]
+        torch.save(placebo.ema.state_dict(), weights(out_dir, PLACEBO, k))
+        history[f"{PLACEBO}/seed{k}"] = placebo.records
+        summary[f"{PLACEBO}/seed{k}/val_success"] = placebo.val_success
     (Path(out_dir) / "selection.json").write_text(json.dumps(selections, indent=1))
     (Path(out_dir) / "normaliser.json").write_text(json.dumps({"position_scale": norm.scale}))
     return TrainedArtifacts(out_dir, history, summary)
 
 
 def load_policy(cfg: Config, model_dir: Path, arm: str, seed_index: int = 0) -> torch.nn.Module:
-    policy = build_policy(cfg, ARMS[arm].policy)
+    policy = build_policy(cfg, ARMS[PLACEBO_OF if arm == PLACEBO else arm].policy)
     policy.load_state_dict(torch.load(weights(model_dir, arm, seed_index), weights_only=True))
     return policy.eval()
 
@@ -363,32 +399,37 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     schedule = make_schedule(cfg.diffusion)
     tests = {name: load_split(data, f"test_{name}") for name in TESTS}
     H, ec, n_seeds = cfg.data.horizon, cfg.eval, cfg.train.n_seeds
+    metrics = Metrics({}, [])
     values: dict[str, float] = {}
     outcomes: dict[str, dict[str, dict[str, np.ndarray]]] = {}
+    units = unit_labels("seed", n_seeds)
+    per_seed: dict[str, dict[str, list[float]]] = {}  # arm -> metric -> one number per paired seed
     rotations = rotations_tensor(ec.equivariance_rotations, cfg.seed)
     eq = tests["so3"]
     n_eq = min(ec.equivariance_batch, len(eq["actions"]))
     eq_points, eq_axes = norm.observation(eq["points"][:n_eq], eq["ee_pose"][:n_eq])
     eq_actions = norm.actions(eq["actions"][:n_eq], eq["ee_pose"][:n_eq])
-    for arm in ARMS:
+    for arm in (*ARMS, PLACEBO):
+        rows = per_seed.setdefault(arm, {})
         for k in range(n_seeds):
             policy = load_policy(cfg, artifacts.model_dir, arm, k)
-            values[f"{arm}/seed{k}/val_success"] = artifacts.summary[f"{arm}/seed{k}/val_success"]
+            rows.setdefault("val_success", []).append(artifacts.summary[f"{arm}/seed{k}/val_success"])
             for i, name in enumerate(TESTS):
+                # The same sampling noise for every arm of a seed (the placebo: that of the seed it is paired with).
                 rate, out, _ = sampled_success(cfg, policy, tests[name], norm, cfg.seed + k + 1000 * (i + 1))
-                values[f"{arm}/seed{k}/success_{name}"] = rate
-                if k == 0:
+                rows.setdefault(f"success_{name}", []).append(rate)
+                if k == 0 and arm != PLACEBO:
                     outcomes.setdefault(arm, {})[name] = out
                     values[f"{arm}/pos_err_{name}"] = float(np.median(out["pos_err"]))
                     values[f"{arm}/rot_err_deg_{name}"] = float(np.median(out["rot_err_deg"]))
                     values[f"{arm}/grasp0_fraction_{name}"] = float((out["grasp"] == 0).mean())
-            if k == 0:
+            if k == 0 and arm != PLACEBO:
                 values[f"{arm}/equivariance_error"] = equivariance_error(
                     policy, schedule, eq_points, eq_axes, eq_actions, rotations, cfg.seed
                 )
-        for name in TESTS + ("val",):
-            key = "val_success" if name == "val" else f"success_{name}"
-            values[f"{arm}/{key}"] = float(np.mean([values[f"{arm}/seed{k}/{key}"] for k in range(n_seeds)]))
+        for key, numbers in rows.items():
+            metrics.add_units(key, arm, numbers, units)
+            values[f"{arm}/{key}"] = float(np.mean(numbers))
     method = load_policy(cfg, artifacts.model_dir, "method", 0)
     rot = rotations[: min(4, len(rotations))]
     values["method/policy_equivariance_error"] = policy_equivariance_error(
@@ -412,13 +453,14 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         values[f"{arm}/chosen_lr"] = float(chosen["chosen"]["lr"])
     plots = Path(out_dir) / "plots"
     figures = [
-        plot_success(list(ARMS), n_seeds, values, ec.success_pos, ec.success_deg, plots / "success_yaw_vs_so3.png"),
+        plot_success(list(ARMS), per_seed, ec.success_pos, ec.success_deg, plots / "success_yaw_vs_so3.png"),
         plot_rollouts(rollout_panels(cfg, tests, norm, artifacts.model_dir), plots / "rollouts.png"),
         plot_errors(outcomes, ec.success_pos, ec.success_deg, plots / "final_errors.png"),
         plot_learning_curves(artifacts.history, plots / "learning_curves.png"),
         plot_selection({a: s["table"] for a, s in selections.items()}, plots / "selection.png"),
     ]
-    return Metrics(values, figures)
+    metrics.values, metrics.figures = values, figures
+    return metrics
 
 
 def rollout_panels(cfg: Config, tests: dict, norm: Normaliser, model_dir: Path) -> list[dict]:
@@ -455,10 +497,6 @@ def rollout_panels(cfg: Config, tests: dict, norm: Normaliser, model_dir: Path) 
 # ----------------------------------------------------------------------------- claim
 
 
-def per_seed(cfg: Config, values: dict[str, float], arm: str, key: str) -> np.ndarray:
-    return np.array([values[f"{arm}/seed{k}/{key}"] for k in range(cfg.train.n_seeds)])
-
-
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     """REVIEW.md's restated check: equal-data comparisons the baseline can win. Every arm sees the same
     demonstrations, budget, lr grid (chosen on SO(3) validation scenes) and early stopping; the unit is
@@ -466,7 +504,11 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     v = metrics.values
     ec = cfg.eval
     units = f"paired training seeds ({cfg.data.n_test} test scenes per split each)"
-    sdp_so3, sdp_yaw = per_seed(cfg, v, "method", "success_so3"), per_seed(cfg, v, "method", "success_yaw")
+    # A unit is one training seed: the initial draw of each policy kind, the batches, the augmentation
+    # rotations and the diffusion noise of training, and the sampling noise of evaluation.
+    covers = ("training seed (init, batch order, augmentation rotations, diffusion noise)", "sampling seed")
+    so3 = metrics.paired("success_so3", *ARMS, PLACEBO)
+    sdp_so3, sdp_yaw = so3["method"], metrics.paired("success_yaw", "method", *BASELINES)["method"]
     paper = (
         "paper: SDP above Diffusion Policy on the 8 tilted-table (SE(3)) MimicGen tasks; numbers not available offline"
     )
@@ -475,21 +517,23 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             "sdp_beats_augmented_dp",
             "SO(3)-scene success: SDP-lite minus Diffusion Policy trained on the same demos with SO(3) augmentation",
             sdp_so3,
-            per_seed(cfg, v, "baseline", "success_so3"),
+            so3["baseline"],
             0.0,
             ">",
             units=units,
             paper=paper,
+            covers=covers,
         ),
         V.difference_criterion(
             "sdp_beats_dp_on_so3_scenes",
             "SO(3)-scene success: SDP-lite minus Diffusion Policy trained on as many SO(3)-varied scenes",
             sdp_so3,
-            per_seed(cfg, v, "baseline_so3", "success_so3"),
+            so3["baseline_so3"],
             0.0,
             ">",
             units=units,
             paper=paper,
+            covers=covers,
         ),
         V.mean_criterion(
             "sdp_keeps_success",
@@ -498,17 +542,39 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             0.0,
             ">=",
             units=units,
+            covers=covers,
         ),
         V.difference_criterion(
             "sfilm_vs_film_so3",
             "SO(3)-scene success: SDP-lite (SFiLM) minus SDP-lite with flat FiLM (both SO(3)-augmented)",
             sdp_so3,
-            per_seed(cfg, v, "method_film", "success_so3"),
+            so3["method_film"],
             0.0,
             ">=",
             units=units,
             paper="paper: SFiLM ablation in its Table 4 (numbers not available offline)",
+            covers=covers,
         ),
+    ]
+    controls = [
+        Control(
+            "sdp_beats_augmented_dp",
+            "no equivariance at all: the augmented Diffusion Policy at its chosen lr on seeds +1000, scored as SDP-lite",
+            V.difference_criterion(
+                "sdp_beats_augmented_dp",
+                "SO(3)-scene success: augmented Diffusion Policy on other seeds minus augmented Diffusion Policy",
+                so3[PLACEBO],
+                so3["baseline"],
+                0.0,
+                ">",
+                units=units,
+                covers=covers,
+            ),
+        )
+    ]
+    separations = [
+        Separation(f"{name} test success", {arm: v[f"{arm}/success_{name}"] for arm in ARMS}, floor=0.0, ceiling=1.0)
+        for name in TESTS
     ]
     figures = {
         "blind_val_success": v["blind/val_success"],
@@ -548,7 +614,13 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     if cfg.scale != Scale.default:
         notes += "; the claim is only meaningful at the default scale"
     return ClaimResult(
-        statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)", criteria, sanity, figures, notes
+        statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)",
+        criteria,
+        sanity,
+        figures,
+        notes,
+        controls,
+        separations,
     )
 
 

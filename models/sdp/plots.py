@@ -1,6 +1,6 @@
 """Figures of the SDP study; each takes plain arrays / dicts and returns the saved PNG's path.
 
-``values`` is the evaluate step's metric dict (``<arm>/seed<k>/success_<test>`` per seed);
+``per_seed`` maps arm -> metric (``success_yaw``, ``success_so3``) -> one number per paired seed;
 ``outcomes`` maps arm -> test -> ``algorithm.success_metrics`` output of the first seed.
 """
 
@@ -21,14 +21,15 @@ LABELS = {
 COLORS = {"method": "tab:red", "baseline": "tab:blue", "method_film": "tab:orange", "baseline_so3": "tab:purple"}
 
 
-def plot_success(arms: list[str], n_seeds: int, values: dict[str, float], pos_tol: float, deg_tol: float, path: Path):
+def plot_success(arms: list[str], per_seed_values: dict, pos_tol: float, deg_tol: float, path: Path):
     """Test success per arm on yaw and SO(3) scenes: bars = mean over seeds, dots = the seeds."""
     plt = plotting.pyplot()
     fig, ax = plt.subplots(figsize=(7.4, 3.8))
     width = 0.38
     x = np.arange(len(arms))
+    n_seeds = len(per_seed_values[arms[0]]["success_yaw"])
     for j, (test, hatch) in enumerate((("yaw", ""), ("so3", "//"))):
-        per_seed = np.array([[values[f"{a}/seed{k}/success_{test}"] for k in range(n_seeds)] for a in arms])
+        per_seed = np.array([per_seed_values[a][f"success_{test}"] for a in arms])
         heights = per_seed.mean(1)
         bars = ax.bar(
             x + (j - 0.5) * width,

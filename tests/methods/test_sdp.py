@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from e3nn import o3
 
-from models.base import Metrics, ValidationError, read_dataset
+from models.base import Metrics, ValidationError, read_dataset, verdict_of
 from models.common.diffusion import DDPMSchedule
 from models.common.runtime import set_threads
 from models.sdp import SPEC
@@ -465,7 +465,7 @@ def test_smoke_pipeline(smoke_run):
     assert not np.allclose(so3["scene_rotation"][:, 2], [0, 0, 1], atol=1e-3)  # tilted, unlike the yaw demos
 
     n = cfg.train.n_seeds
-    assert set(run.artifacts.history) == {f"{a}/seed{k}" for a in ARM_NAMES for k in range(n)}
+    assert set(run.artifacts.history) == {f"{a}/seed{k}" for a in ARM_NAMES + ["control_placebo"] for k in range(n)}
     for name, records in run.artifacts.history.items():
         assert records and all(math.isfinite(float(x)) for r in records for x in r.values()), name
         assert any("val/loss" in r for r in records) and any("train/loss" in r for r in records)
@@ -477,8 +477,9 @@ def test_smoke_pipeline(smoke_run):
     assert all(len(selection[a]["table"]) == len(cfg.train.lr_grid) for a in ARM_NAMES)
 
     assert SPEC.primary_metric in v and not run.metrics.non_finite()
-    assert all(0 <= v[f"{a}/seed{k}/success_{t}"] <= 1 for a in ARM_NAMES for k in range(n) for t in ("yaw", "so3"))
-    assert v["method/success_so3"] == pytest.approx(np.mean([v[f"method/seed{k}/success_so3"] for k in range(n)]))
+    units = run.metrics.units
+    assert all(0 <= x <= 1 for t in ("yaw", "so3") for a in ARM_NAMES for x in units[f"success_{t}"][a].values())
+    assert v["method/success_so3"] == pytest.approx(np.mean(run.metrics.unit("success_so3", "method").values))
     assert v["method/equivariance_error"] < TOL and v["baseline/equivariance_error"] > 1e-2
     assert v["method_film/equivariance_error"] > 1e-2  # flat FiLM breaks equivariance
     assert v["oracle/demo_success_yaw"] == 1.0 and v["oracle/demo_success_so3"] == 1.0
@@ -488,8 +489,9 @@ def test_smoke_pipeline(smoke_run):
     assert [c.name for c in result.criteria] == CRITERIA
     assert all(c.n_units == n for c in result.criteria)
     augmented = result.criterion("sdp_beats_augmented_dp")
-    expected = np.mean([v[f"method/seed{k}/success_so3"] - v[f"baseline/seed{k}/success_so3"] for k in range(n)])
-    assert augmented.estimate == pytest.approx(expected)
+    so3 = run.metrics.paired("success_so3", "method", "baseline")
+    assert augmented.estimate == pytest.approx(np.mean(so3["method"].values - so3["baseline"].values))
+    assert augmented.labels == so3["method"].labels and augmented.covers
     assert result.sanity["sdp_equivariance_error_below_tol"] and result.sanity["baseline_equivariance_error_order_one"]
     assert {"baseline_learns_task_>=0.2", "baseline_so3_learns_task_>=0.2"} <= set(result.sanity)
     on_disk = json.loads(layout.claim_file.read_text())
@@ -516,14 +518,18 @@ def _claim_metrics(success: dict[str, list[tuple[float, float]]], val: float = 0
         "oracle/demo_success_so3": 1.0,
         "blind/val_success": 0.0,
     }
+    from models.common.units import unit_labels
+
+    metrics = Metrics(values)
+    success = {"control_placebo": success["baseline"], **success}  # a placebo as good as the baseline by default
     for arm, seeds in success.items():
         values.update({f"{arm}/equivariance_error": 6e-7 if arm == "method" else 0.9, f"{arm}/chosen_lr": 1e-3})
-        for k, (yaw, so3) in enumerate(seeds):
-            values.update({f"{arm}/seed{k}/success_yaw": yaw, f"{arm}/seed{k}/success_so3": so3})
+        labels = unit_labels("seed", len(seeds))
         for key, i in (("success_yaw", 0), ("success_so3", 1)):
+            metrics.add_units(key, arm, [s[i] for s in seeds], labels)
             values[f"{arm}/{key}"] = float(np.mean([s[i] for s in seeds]))
         values[f"{arm}/val_success"] = val
-    return Metrics(values)
+    return metrics
 
 
 def test_claim_holds_fails_or_is_inconclusive_over_paired_seeds():
@@ -545,6 +551,12 @@ def test_claim_holds_fails_or_is_inconclusive_over_paired_seeds():
     keeps = result.criterion("sdp_keeps_success")
     assert keeps.estimate == pytest.approx(np.mean([0.88 - 0.72, 0.86 - 0.68, 0.90 - 0.736]))
     assert result.verdict == "holds" and all(c.state == "holds" for c in result.criteria)
+    # The placebo (the baseline on other seeds, here equal to it) cannot beat the baseline: the control fails.
+    (control,) = result.controls
+    assert control.of == "sdp_beats_augmented_dp" and control.criterion.state == "fails" and not control.passes
+    # A placebo that beats the baseline as clearly as SDP-lite does: the control passes and the claim cannot hold.
+    lucky = claim(cfg, _claim_metrics({**clear, "control_placebo": clear["method"]}))
+    assert lucky.controls[0].passes and verdict_of(lucky.criteria) == "holds" and lucky.verdict == "inconclusive"
     # The augmented baseline wins on every seed: the main criterion fails, and with it the claim.
     dp_wins = {**clear, "baseline": [(0.95, 0.95), (0.96, 0.97), (0.94, 0.96)]}
     lost = claim(cfg, _claim_metrics(dp_wins))
