@@ -71,17 +71,21 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from models.base import (
     ClaimResult,
+    Control,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
     write_manifest,
 )
 from models.common import verdicts as V
+from models.common.evidence import record_fit
 from models.common.lightning import fit
 from models.common.selection import learns_task, select_on_validation
+from models.common.units import unit_labels
 
 from . import algorithm as alg
 from . import plots
@@ -102,6 +106,9 @@ from .training import H_FUNCTIONS, PreferenceLearner, Row, Task, fit_judge, mc_e
 WRO_CORRESPONDENCE = 0.9  # the brief's threshold on the mean Spearman rho
 LEARNS_FRACTION = 0.1  # declared: an arm learns when it moves a tenth of the way to its objective's optimum
 JUDGE_CHANCE_MARGIN = 0.05  # declared: the judge's held-out pair accuracy must exceed 0.5 by this
+# What a paired seed varies: every arm of seed k shares its prompt, pair and sampling streams. The task itself
+# (anchor, oracle, pairs, judge) is one draw shared by every seed.
+TRAINING_SEED = "training seed (policy samples, minibatches, MC evaluation draws)"
 
 
 def arms(cfg: Config) -> dict[str, dict]:
@@ -246,17 +253,21 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     best_score, best_step = module.best_score.numpy(), module.best_step.numpy()
     chosen = {}
     for arm in arms(cfg):
-        for k in range(cfg.n_seeds):
+        for k, unit in enumerate(unit_labels("seed", cfg.n_seeds)):
             index = {r.lr: i for i, r in enumerate(rows) if r.arm == arm and r.seed == k}
             selection, i = select_on_validation(
-                f"{arm}/seed{k}",
+                arm,
                 [{"lr": lr} for lr in sorted(index)],
                 lambda p: (best_score[index[p["lr"]]], index[p["lr"]]),
                 "objective",
+                unit=unit,
             )
-            chosen[f"{arm}/seed{k}"] = i
-            summary.update(selection.summary())
-            summary[f"select/{arm}/seed{k}/best_step"] = float(best_step[i])
+            chosen[f"{arm}/{unit}"] = i
+            summary.update(
+                {f"select/{arm}/{unit}/{key.split('/', 2)[-1]}": x for key, x in selection.summary().items()}
+            )
+            summary[f"select/{arm}/{unit}/best_step"] = float(best_step[i])
+            record_row_fit(module, arm, unit, i, cfg.patience)
     np.save(out_dir / "theta.npy", theta)
     np.save(out_dir / "judge_table.npy", phi_hat)
     np.save(out_dir / "anchor_log_q.npy", task.log_q.numpy())
@@ -285,6 +296,13 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
             for c in module.curves
         ]
     return TrainedArtifacts(out_dir, history, summary)
+
+
+def record_row_fit(module: PreferenceLearner, arm: str, unit: str, i: int, patience: int) -> None:
+    """Hand row ``i``'s fit (its checkpoints, best one, and whether its patience ended it) to the diagnostics."""
+    active = [c["active"][i] for c in module.curves]
+    best = next(j for j, c in enumerate(module.curves) if c["step"] == int(module.best_step[i]))
+    record_fit(arm, unit, best, sum(active), not bool(module.active[i]), patience)
 
 
 def load_model(cfg: Config, model_dir: Path) -> MarkovPolicies:
@@ -355,7 +373,13 @@ def references(cfg: Config, task: Task) -> dict[str, dict[str, float]]:
                 wr_best_judge,
             )
         out[arm] = {"start": start, "optimum": optimum, "expected_wr": expected}
-    out["anchor"] = {"wr_vs_itself": float(torch.sigmoid(r(y) - r(y2)).mean()), "n_pairs": float(len(prompts))}
+    best_oracle, _ = alg.best_response(phi)
+    r_best_oracle = score(task.phi, torch.arange(task.n_prompts), torch.as_tensor(best_oracle))[prompts]
+    out["anchor"] = {
+        "wr_vs_itself": float(torch.sigmoid(r(y) - r(y2)).mean()),
+        "n_pairs": float(len(prompts)),
+        "wr_best_oracle": float(torch.sigmoid(r_best_oracle - r(y)).mean()),  # the ceiling of any win rate vs q
+    }
     return out
 
 
@@ -363,12 +387,16 @@ def finite(x: float, default: float = 0.0) -> float:
     return float(x) if math.isfinite(x) else default
 
 
-def active_spearman(curves: list[dict], i: int, key: str) -> float:
-    """Spearman across the checkpoints a row was still training at (its stop included); nan below 3 points."""
+def active_spearman(curves: list[dict], i: int, key: str, shuffle: np.random.Generator | None = None) -> float:
+    """Spearman across the checkpoints a row was still training at (its stop included); nan below 3 points.
+    With ``shuffle`` the ``key`` values are permuted across those checkpoints first (a negative control)."""
     points = [(c["objective"][i], c[key][i]) for c in curves if c["active"][i]]
     if len(points) < 3:
         return math.nan
-    return alg.spearman([p[0] for p in points], [p[1] for p in points])
+    tracked = [p[1] for p in points]
+    if shuffle is not None:
+        tracked = list(shuffle.permutation(tracked))
+    return alg.spearman([p[0] for p in points], tracked)
 
 
 def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir: Path) -> Metrics:
@@ -389,58 +417,59 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
             for i, r in enumerate(rows)
         ]
     )
-    values: dict[str, float] = {}
+    metrics = Metrics({}, [])
+    values = metrics.values
+    labels = unit_labels("seed", cfg.n_seeds)
+    shuffle = np.random.default_rng(cfg.seed + 4)  # the negative controls' permutations
     for arm in arms(cfg):
-        p = metric_prefix(cfg, arm) + "/"
-        per_seed = {key: [] for key in ("win_rate", "win_rate_own", "fraction", "rho", "rho_oracle")}
-        for k in range(cfg.n_seeds):
-            i = info["chosen"][f"{arm}/seed{k}"]
-            seed_values = {
-                "win_rate": float(test["wr_oracle"][i]),
-                "win_rate_own": float(test["wr_own"][i]),
-                "fraction_of_optimum": float(fraction[i]),
-                "spearman_objective_wr": finite(active_spearman(curves, i, "wr_own")),  # undefined tracks nothing: 0
-                "spearman_objective_oracle_wr": finite(active_spearman(curves, i, "wr_oracle")),
-                "lr": rows[i].lr,
-                "best_step": float(info["best_step"][i]),
-            }
-            if not math.isfinite(seed_values["fraction_of_optimum"]):  # SFT: its optimum is outside the class
-                del seed_values["fraction_of_optimum"]
-            values.update({f"{p}seed{k}/{key}": v for key, v in seed_values.items()})
-            for key, name in (
-                ("win_rate", "win_rate"),
-                ("win_rate_own", "win_rate_own"),
-                ("fraction", "fraction_of_optimum"),
-                ("rho", "spearman_objective_wr"),
-                ("rho_oracle", "spearman_objective_oracle_wr"),
-            ):
-                if name in seed_values:
-                    per_seed[key].append(seed_values[name])
-        values[p + "win_rate"] = float(np.mean(per_seed["win_rate"]))
-        values[p + "win_rate_seed_std"] = float(np.std(per_seed["win_rate"]))
-        values[p + "win_rate_own"] = float(np.mean(per_seed["win_rate_own"]))
-        if per_seed["fraction"]:
-            values[p + "fraction_of_optimum"] = float(np.mean(per_seed["fraction"]))
-        values[p + "spearman_objective_wr"] = float(np.mean(per_seed["rho"]))
-        values[p + "spearman_objective_oracle_wr"] = float(np.mean(per_seed["rho_oracle"]))
-        values[p + "expected_win_rate"] = refs[arm]["expected_wr"]
-        values[p + "objective_start"] = refs[arm]["start"]
+        prefix = metric_prefix(cfg, arm)
+        chosen = [info["chosen"][f"{arm}/{label}"] for label in labels]
+        per_seed = {
+            "win_rate": [float(test["wr_oracle"][i]) for i in chosen],
+            "win_rate_own": [float(test["wr_own"][i]) for i in chosen],
+            "fraction_of_optimum": [float(fraction[i]) for i in chosen],
+            # an undefined rank correlation (fewer than 3 active checkpoints) tracks nothing: 0
+            "spearman_objective_wr": [finite(active_spearman(curves, i, "wr_own")) for i in chosen],
+            "spearman_objective_oracle_wr": [finite(active_spearman(curves, i, "wr_oracle")) for i in chosen],
+            # the negative control of correspondence: the same checkpoints with the win rates' order shuffled
+            "spearman_objective_shuffled_wr": [finite(active_spearman(curves, i, "wr_own", shuffle)) for i in chosen],
+            "lr": [rows[i].lr for i in chosen],
+            "best_step": [float(info["best_step"][i]) for i in chosen],
+        }
+        if not all(math.isfinite(x) for x in per_seed["fraction_of_optimum"]):  # SFT: its optimum is outside
+            del per_seed["fraction_of_optimum"]
+        for key, seeds in per_seed.items():
+            metrics.add_units(key, prefix, seeds, labels)
+        values[f"{prefix}/win_rate"] = float(np.mean(per_seed["win_rate"]))
+        values[f"{prefix}/win_rate_seed_std"] = float(np.std(per_seed["win_rate"]))
+        values[f"{prefix}/win_rate_own"] = float(np.mean(per_seed["win_rate_own"]))
+        if "fraction_of_optimum" in per_seed:
+            values[f"{prefix}/fraction_of_optimum"] = float(np.mean(per_seed["fraction_of_optimum"]))
+        for key in ("spearman_objective_wr", "spearman_objective_oracle_wr", "spearman_objective_shuffled_wr"):
+            values[f"{prefix}/{key}"] = float(np.mean(per_seed[key]))
+        values[f"{prefix}/expected_win_rate"] = refs[arm]["expected_wr"]
+        values[f"{prefix}/objective_start"] = refs[arm]["start"]
         if math.isfinite(refs[arm]["optimum"]):
-            values[p + "objective_optimum"] = refs[arm]["optimum"]
+            values[f"{prefix}/objective_optimum"] = refs[arm]["optimum"]
     family_runs = {}
     for family, members in families(cfg).items():
         family_runs[family] = []
+        per_seed = {key: [] for key in ("spearman_success_vs_wr", "spearman_solution_vs_wr", "spearman_shuffled_vs_wr")}
         for k in range(cfg.n_seeds):
             idx = [i for i, r in enumerate(rows) if r.arm in members and r.seed == k]
             finals = [float(test["wr_oracle"][i]) for i in idx]
             expected = [refs[rows[i].arm]["expected_wr"] for i in idx]
             success = [float(fraction[i]) for i in idx]
-            values[f"family_{family}/seed{k}/spearman_success_vs_wr"] = finite(alg.spearman(success, finals))
-            values[f"family_{family}/seed{k}/spearman_solution_vs_wr"] = finite(alg.spearman(expected, finals))
+            per_seed["spearman_success_vs_wr"].append(finite(alg.spearman(success, finals)))
+            per_seed["spearman_solution_vs_wr"].append(finite(alg.spearman(expected, finals)))
+            # the negative control of the ranking: the success fractions shuffled across the family's runs
+            per_seed["spearman_shuffled_vs_wr"].append(finite(alg.spearman(shuffle.permutation(success), finals)))
             family_runs[family] += [
                 {"arm": rows[i].arm, "lr": rows[i].lr, "final": f, "expected": e, "fraction": s}
                 for i, f, e, s in zip(idx, finals, expected, success)
             ]
+        for key, seeds in per_seed.items():
+            metrics.add_units(key, f"family_{family}", seeds, labels)
     se = 0.5 / math.sqrt(refs["anchor"]["n_pairs"])  # the largest possible standard error of a mean of p in [0, 1]
     values["anchor/win_rate_vs_itself"] = refs["anchor"]["wr_vs_itself"]
     values["anchor/win_rate_standard_error_bound"] = se
@@ -461,6 +490,7 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         cfg.seed,
     )
     values.update({f"tabular/{k}": v for k, v in tab.items()})
+    values["anchor/oracle_best_response_win_rate"] = refs["anchor"]["wr_best_oracle"]
     plot_dir = Path(out_dir) / "plots"
     chosen_curves = {
         arm: [[c for c in artifacts.history[f"{arm}_seed{k}"]] for k in range(cfg.n_seeds)] for arm in arms(cfg)
@@ -471,7 +501,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         plots.plot_family_ranking(family_runs, plot_dir / "optimisation_success_vs_solution.png"),
         plots.plot_tabular(cfg.tabular.betas, tab, plot_dir / "tabular_closed_forms.png"),
     ]
-    return Metrics(values, figures)
+    metrics.figures = figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
@@ -482,24 +513,33 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     streams): WRO correspondence under each objective's own preference model, its margin over DPO, and within
     the RLHF and DPO families, optimisation success ranking final win rates better than the solution does."""
     v = metrics.values
-    seeds = range(cfg.n_seeds)
     units = "paired seeds"
+    covers = (TRAINING_SEED,)
     wro = [metric_prefix(cfg, a) for a in correspondence_arms(cfg)]
     dpo = [metric_prefix(cfg, a) for a in families(cfg)["dpo"]]
-    rho = lambda p: np.array([v[f"{p}/seed{k}/spearman_objective_wr"] for k in seeds])  # noqa: E731
-    wro_rho = np.mean([rho(p) for p in wro], axis=0)
-    dpo_abs_rho = np.mean([np.abs(rho(p)) for p in dpo], axis=0)
+
+    def mean_over(prefixes: list[str], metric: str, transform=lambda x: x):
+        """The per-seed mean over arms of ``metric`` (a UnitValues: the seeds' labels are kept)."""
+        parts = [transform(metrics.unit(metric, p)) for p in prefixes]
+        return sum(parts[1:], parts[0]) / len(parts)
+
+    wro_rho = mean_over(wro, "spearman_objective_wr")
+    dpo_abs_rho = mean_over(dpo, "spearman_objective_wr", np.abs)
+    correspondence = (
+        "Spearman rho across checkpoints between each WRO objective (RLHF per beta, h-WRO log/logit, NLHF) and "
+        "its win rate vs the anchor under its own (learned) preference model, both Monte Carlo on independent "
+        "held-out samples; mean over those objectives"
+    )
     criteria = [
         V.mean_criterion(
             "wro_correspondence",
-            "Spearman rho across checkpoints between each WRO objective (RLHF per beta, h-WRO log/logit, NLHF) and "
-            "its win rate vs the anchor under its own (learned) preference model, both Monte Carlo on independent "
-            "held-out samples; mean over those objectives",
+            correspondence,
             wro_rho,
             WRO_CORRESPONDENCE,
             ">=",
             units=units,
             paper="paper Fig. 3 (training loss vs win rate); no number in the sources reached",
+            covers=covers,
         ),
         V.difference_criterion(
             "wro_minus_dpo_correspondence",
@@ -510,25 +550,75 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             0.0,
             ">",
             units=units,
+            covers=covers,
         ),
     ]
+    ranking = (
+        "within the {family} family (every beta x lr run of a seed): Spearman(fraction of the objective's optimum "
+        "reached{what}, final MC oracle win rate) minus Spearman(win rate at the objective's optimum, final win rate)"
+    )
+    controls = [
+        Control(
+            "wro_correspondence",
+            "the pairing of objective and win rate removed: each run's win rates shuffled across its checkpoints",
+            V.mean_criterion(
+                "wro_correspondence",
+                correspondence + ", the win rates' checkpoint order shuffled",
+                mean_over(wro, "spearman_objective_shuffled_wr"),
+                WRO_CORRESPONDENCE,
+                ">=",
+                units=units,
+                covers=covers,
+            ),
+        )
+    ]
     for family in families(cfg):
-        success = np.array([v[f"family_{family}/seed{k}/spearman_success_vs_wr"] for k in seeds])
-        solution = np.array([v[f"family_{family}/seed{k}/spearman_solution_vs_wr"] for k in seeds])
+        success = metrics.unit("spearman_success_vs_wr", f"family_{family}")
+        solution = metrics.unit("spearman_solution_vs_wr", f"family_{family}")
         criteria.append(
             V.difference_criterion(
                 f"success_ranks_{family}_family",
-                f"within the {family.upper()} family (every beta x lr run of a seed): Spearman(fraction of the "
-                "objective's optimum reached, final MC oracle win rate) minus Spearman(win rate at the "
-                "objective's optimum, final win rate)",
+                ranking.format(family=family.upper(), what=""),
                 success,
                 solution,
                 0.0,
                 ">",
                 units=units,
                 paper="abstract: optimisation success predicts performance better than the objective's solution",
+                covers=covers,
             )
         )
+        controls.append(
+            Control(
+                f"success_ranks_{family}_family",
+                "optimisation success replaced by a placebo: the fractions shuffled across the family's runs",
+                V.difference_criterion(
+                    f"success_ranks_{family}_family",
+                    ranking.format(family=family.upper(), what=", shuffled across the runs"),
+                    metrics.unit("spearman_shuffled_vs_wr", f"family_{family}"),
+                    solution,
+                    0.0,
+                    ">",
+                    units=units,
+                    covers=covers,
+                ),
+            )
+        )
+    compared = ("method", "baseline")
+    separations = [
+        Separation(
+            "final MC oracle win rate vs the anchor",
+            {p: v[f"{p}/win_rate"] for p in compared},
+            floor=0.5,  # the anchor against itself
+            ceiling=v["anchor/oracle_best_response_win_rate"],
+        ),
+        Separation(
+            "fraction of the objective's optimum reached",
+            {p: v[f"{p}/fraction_of_optimum"] for p in compared},
+            floor=0.0,
+            ceiling=1.0,
+        ),
+    ]
     t = "tabular/uniform_"
     sanity = {
         "anchor_win_rate_is_half": abs(v[t + "anchor_wr"] - 0.5) < 1e-9
@@ -575,4 +665,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "seed(s); MC standard error of a final win rate <= "
         f"{0.5 / math.sqrt(cfg.test_samples * cfg.data.n_prompts):.3f}."
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

@@ -17,6 +17,7 @@ from models.base import (
     Metrics,  # noqa: E402
     ValidationError,  # noqa: E402
 )
+from models.common.units import unit_labels  # noqa: E402
 from models.win_rate import algorithm as alg  # noqa: E402
 from models.win_rate import pipeline as P  # noqa: E402
 from models.win_rate.config import Config, DataConfig  # noqa: E402
@@ -324,7 +325,7 @@ def test_smoke_pipeline(smoke_run):
         records = run.artifacts.history[f"{arm}_seed0"]
         assert records[0]["step"] == 0 and len(records) == cfg.checkpoints + 1
         p = P.metric_prefix(cfg, arm)
-        assert 0.0 <= v[f"{p}/win_rate"] <= 1.0 and f"{p}/seed0/spearman_objective_wr" in v
+        assert 0.0 <= v[f"{p}/win_rate"] <= 1.0 and "seed0" in run.metrics.unit("spearman_objective_wr", p).labels
     # Every row starts as the anchor: its MC win rate vs the anchor is 1/2 up to sampling noise.
     start = run.artifacts.history[f"rlhf_b{cfg.betas[0]:g}_seed0"][0]
     assert abs(start["val/win_rate_oracle"] - 0.5) < 4 * 0.5 / math.sqrt(cfg.eval_samples * cfg.data.n_prompts)
@@ -337,21 +338,23 @@ def test_smoke_pipeline(smoke_run):
     }
     wro = [P.metric_prefix(cfg, a) for a in P.correspondence_arms(cfg)]
     assert "wro_id" not in wro and claim.criterion("wro_correspondence").estimate == pytest.approx(
-        np.mean([v[f"{p}/seed0/spearman_objective_wr"] for p in wro])
+        np.mean([run.metrics.unit("spearman_objective_wr", p)[0] for p in wro])
     )
     assert all(c.n_units == 1 and c.state != "holds" for c in claim.criteria) and claim.verdict != "holds"
     assert isinstance(P.load_model(cfg, run.layout.model_dir), torch.nn.Module)
 
 
 def _claim_metrics(cfg, wro_rho, dpo_rho, success, solution):
-    """Every key claim() reads: per seed, each judged WRO objective's rho = wro_rho[k], each DPO beta's = dpo_rho[k],
-    and per family the two ranking correlations."""
-    v = {}
+    """Every number claim() reads: per seed, each judged WRO objective's rho = wro_rho[k], each DPO beta's =
+    dpo_rho[k], and per family the two ranking correlations; the controls' shuffled versions at 0."""
+    metrics = Metrics({}, [])
+    v = metrics.values
+    labels = unit_labels("seed", cfg.n_seeds)
     for arm, spec in P.arms(cfg).items():
         p = P.metric_prefix(cfg, arm)
         rho = dpo_rho if spec["kind"] == "dpo" else wro_rho
-        for k in range(cfg.n_seeds):
-            v[f"{p}/seed{k}/spearman_objective_wr"] = float(rho[k])
+        metrics.add_units("spearman_objective_wr", p, rho, labels)
+        metrics.add_units("spearman_objective_shuffled_wr", p, [0.0] * cfg.n_seeds, labels)
         v.update(
             {
                 f"{p}/{key}": 0.6
@@ -365,9 +368,9 @@ def _claim_metrics(cfg, wro_rho, dpo_rho, success, solution):
             }
         )
     for family in P.families(cfg):
-        for k in range(cfg.n_seeds):
-            v[f"family_{family}/seed{k}/spearman_success_vs_wr"] = float(success[k])
-            v[f"family_{family}/seed{k}/spearman_solution_vs_wr"] = float(solution[k])
+        metrics.add_units("spearman_success_vs_wr", f"family_{family}", success, labels)
+        metrics.add_units("spearman_solution_vs_wr", f"family_{family}", solution, labels)
+        metrics.add_units("spearman_shuffled_vs_wr", f"family_{family}", [0.0] * cfg.n_seeds, labels)
     t = "tabular/uniform_"
     v.update(
         {
@@ -383,9 +386,10 @@ def _claim_metrics(cfg, wro_rho, dpo_rho, success, solution):
             "anchor/max_win_rate_judge_best": 0.8,
             "checks/tilted_chain_mass_error": 0.0,
             "judge/heldout_acc": 0.7,
+            "anchor/oracle_best_response_win_rate": 0.9,
         }
     )
-    return Metrics(v)
+    return metrics
 
 
 def test_claim_holds_fails_and_is_inconclusive_on_hand_built_metrics():
