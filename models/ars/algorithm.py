@@ -347,6 +347,7 @@ class RunLog:
     best_round: list[int] = field(default_factory=list)
     best_score: list[float] = field(default_factory=list)
     stopped_round: list[int] = field(default_factory=list)  # -1: ran to the end
+    patience: list[Patience] = field(default_factory=list)  # each member's early stopping (with validation)
 
     def checks(self) -> dict:
         keys = ("losses_finite", "scale_recompute_identical", "eq6_max_error")
@@ -411,6 +412,7 @@ def run_ars(
     final_start = np.where(resets_on & bool(resets), resets[-1] if resets else 0, schedule.t_init)
     live = np.ones(E, bool)
     patience = [Patience(validation.patience, higher_is_better=True) for _ in range(E)] if validation else []
+    log.patience = patience
     best_actor = {k: v.clone() for k, v in sac.actor.state_dict().items()}
 
     def record_scales(step: int, event: str, members: np.ndarray) -> None:

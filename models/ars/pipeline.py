@@ -83,9 +83,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from models.base import ClaimResult, DatasetRef, Metrics, Scale, TrainedArtifacts, dataset_meta, write_manifest
+from models.base import (
+    ClaimResult,
+    Control,
+    DatasetRef,
+    Metrics,
+    Scale,
+    Separation,
+    TrainedArtifacts,
+    dataset_meta,
+    write_manifest,
+)
 from models.common import verdicts as V
 from models.common.selection import grid, learns_task, select_on_validation
+from models.common.units import unit_labels
 
 from . import plots
 from .algorithm import ARM_FLAGS, Schedule, Validation, eq6_identity_error, run_ars
@@ -112,10 +123,19 @@ BASELINE_LEARNS = 0.5
 EQ6_TOLERANCE = 1e-9  # float64 arithmetic
 FLOAT32_TOLERANCE = 1e-5  # rewards are stored in float32 (relative rounding ~6e-8)
 CRN_RAW_SPREAD_MIN = 0.5  # the raw streams must differ by more than a constant, or the invariance test is vacuous
+# What a toy seed varies: the start states of training, the random phase's actions, the initial networks and the
+# learners' own sampling noise (the arms of one seed share all of it; the test start states are fixed).
+COVERS = ("toy seed (training start states, random-phase actions, initial networks, SAC sampling noise)",)
+
+
+def toy_arm(arm: str, setting: str) -> str:
+    """The metric/history name of an arm in a setting: ``method``, ``control_baseline``, ..."""
+    return TOY_VARIANT[arm] if setting == "main" else f"control_{TOY_VARIANT[arm]}"
 
 
 def toy_variant(arm: str, setting: str, seed_index: int) -> str:
-    name = TOY_VARIANT[arm] if setting == "main" else f"control_{TOY_VARIANT[arm]}"
+    """The name of one (arm, setting, seed) learner (history and selection keys)."""
+    name = toy_arm(arm, setting)
     return name if seed_index == 0 else f"{name}_seed{seed_index}"
 
 
@@ -215,6 +235,10 @@ class Member:
     def variant(self) -> str:
         return toy_variant(self.arm, self.setting, self.seed_index)
 
+    @property
+    def name(self) -> str:
+        return toy_arm(self.arm, self.setting)
+
 
 def toy_members(cfg: Config) -> list[Member]:
     t = cfg.toy
@@ -306,16 +330,26 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     chosen: dict[str, int] = {}
     summary: dict[str, float] = {}
     tables: dict[str, list[dict]] = {}
+    labels = unit_labels("seed", t.n_seeds)
+    compared = {toy_arm(a, "main") for a in t.arms}
     for variant in dict.fromkeys(m.variant for m in members):
         indices = [e for e, m in enumerate(members) if m.variant == variant]
+        member = members[indices[0]]
         points = [{"lr": members[e].lr} for e in indices]
         by_lr = dict(zip((p["lr"] for p in points), indices))
         selection, e = select_on_validation(
-            variant, points, lambda p: (log.best_score[by_lr[p["lr"]]], by_lr[p["lr"]]), "mean_success"
+            member.name,
+            points,
+            lambda p: (log.best_score[by_lr[p["lr"]]], by_lr[p["lr"]]),
+            "mean_success",
+            unit=labels[member.seed_index],
         )
+        if member.name in compared:  # the chosen learner of a compared arm decides the verdict
+            log.patience[e].record(member.name, labels[member.seed_index])
         chosen[variant] = e
         tables[variant] = selection.table
-        summary.update(selection.summary())
+        summary[f"select/{variant}/val_mean_success"] = float(selection.score)
+        summary[f"select/{variant}/lr"] = float(selection.chosen["lr"])
         summary[f"select/{variant}/best_round"] = float(log.best_round[e])
         summary[f"select/{variant}/stopped_round"] = float(log.stopped_round[e])
     torch.save(sac.actor.state_dict(), out_dir / "actors.pt")
@@ -374,18 +408,33 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     success = toy_success(actor, kappa, cfg, cfg.seed + TEST_SEED)  # fresh held-out start states
     n_tasks = len(cfg.toy.kappa)
     values: dict[str, float] = {k: v for k, v in artifacts.summary.items() if k.startswith("select/")}
-    for variant, e in run["chosen"].items():
-        values[f"{variant}/mean_success"] = float(success[e].mean())
-        values[f"{variant}/min_task_success"] = float(success[e].min())
-        for i, v in enumerate(success[e]):
-            values[f"{variant}/success_task{i}"] = float(v)
+    metrics = Metrics({}, [])
+    labels = unit_labels("seed", cfg.toy.n_seeds)
+    by_arm: dict[str, list[int]] = {}  # arm name -> its chosen learner per seed, in seed order
+    for e in run["chosen"].values():
+        by_arm.setdefault(members[e].name, []).append(e)
+    for name, chosen in by_arm.items():
+        assert [members[e].seed_index for e in chosen] == list(range(cfg.toy.n_seeds)), name
+        per_unit: dict[str, list[float]] = {
+            "mean_success": [float(success[e].mean()) for e in chosen],
+            "min_task_success": [float(success[e].min()) for e in chosen],
+            "chosen_lr": [members[e].lr for e in chosen],
+            **{f"success_task{i}": [float(success[e][i]) for e in chosen] for i in range(n_tasks)},
+        }
         for event in ("init", "reset"):  # the first computation of each kind; stat = mean raw reward in D_i
-            rows = [r for r in run["scales"] if r["member"] == e and r["event"] == event][:n_tasks]
-            if rows and ARM_FLAGS[members[e].arm][0]:
-                tag = "reset1" if event == "reset" else event
-                for r in rows:
-                    values[f"{variant}/c_{tag}_task{r['task_idx']}"] = r["c_i"]
-                    values[f"{variant}/rbar_{tag}_task{r['task_idx']}"] = r["stat"]
+            tag = "reset1" if event == "reset" else event
+            for i in range(n_tasks):
+                rows = [
+                    [r for r in run["scales"] if r["member"] == e and r["event"] == event and r["task_idx"] == i]
+                    for e in chosen
+                ]
+                if all(rows) and ARM_FLAGS[members[chosen[0]].arm][0]:
+                    per_unit[f"c_{tag}_task{i}"] = [r[0]["c_i"] for r in rows]
+                    per_unit[f"rbar_{tag}_task{i}"] = [r[0]["stat"] for r in rows]
+        for metric, numbers in per_unit.items():
+            metrics.add_units(metric, name, numbers, labels)
+        for metric in ("mean_success", "min_task_success"):  # means over the seeds
+            values[f"{name}/{metric}"] = float(np.mean(per_unit[metric]))
     # (iv)(a) from the logged rows: every computation of every scaling member, recomputed here from stat/c_raw
     scaling = cfg.toy.scaling
     values["toy/eq6_max_error_logged"] = _logged_eq6_error(
@@ -404,7 +453,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         _crn_figure(model_dir, crn, plot_dir / "crn_invariance.png"),
         _metaworld_figure(cfg, data, plot_dir / "metaworld_success_per_task.png"),
     ]
-    return Metrics(values, figures)
+    metrics.values, metrics.figures = values, figures
+    return metrics
 
 
 def _logged_eq6_error(rows: list[dict], rule: str, floor: float) -> float:
@@ -531,35 +581,36 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     the mean-success gap >= 0.25 and the worst task's success >= 0.6, with t-intervals. Must-pass: the restated
     (iv) (a) and (b), (iii), MT-SAC learning the equal-kappa control, the Meta-World logs."""
     v = metrics.values
-    seeds = range(cfg.toy.n_seeds)
-
-    def per_seed(arm: str, metric: str, setting: str = "main") -> list[float]:
-        return [v[f"{toy_variant(arm, setting, k)}/{metric}"] for k in seeds]
-
+    names = [toy_arm(a, "main") for a in ("mtsac", *CLAIM_ARMS)]
+    mean = metrics.paired("mean_success", *names)
+    worst = metrics.paired("min_task_success", *names)
     units = f"paired toy seeds ({cfg.toy.eval_episodes} test episodes per task each)"
-    baseline = per_seed("mtsac", "mean_success")
+    baseline = mean["baseline"]
     criteria = []
     for arm, label in CLAIM_ARMS.items():
         prefix = "" if arm == "scale_only" else "full_method_"
+        name = toy_arm(arm, "main")
         criteria.append(
             V.difference_criterion(
                 f"{prefix}mean_success_gap",
                 f"{label} minus MT-SAC (a), mean test success over the point-mass tasks",
-                per_seed(arm, "mean_success"),
+                mean[name],
                 baseline,
                 GAP_THRESHOLD,
                 ">=",
                 units=units,
+                covers=COVERS,
             )
         )
         criteria.append(
             V.mean_criterion(
                 f"{prefix}worst_task_success",
                 f"{label}, test success on its worst point-mass task",
-                per_seed(arm, "min_task_success"),
+                worst[name],
                 WORST_TASK_THRESHOLD,
                 ">=",
                 units=units,
+                covers=COVERS,
             )
         )
     figures = {
@@ -570,15 +621,40 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "baseline_mean_success": float(np.mean(baseline)),
     }
     for arm in TOY_VARIANT:
-        if f"{toy_variant(arm, 'main', 0)}/mean_success" in v:
-            name = TOY_VARIANT[arm]
-            figures[f"{name}_mean_success"] = float(np.mean(per_seed(arm, "mean_success")))
-            figures[f"{name}_min_task_success"] = float(np.mean(per_seed(arm, "min_task_success")))
-            lrs = [v.get(f"select/{toy_variant(arm, 'main', k)}/lr", math.nan) for k in seeds]
+        name = toy_arm(arm, "main")
+        if name in metrics.units.get("mean_success", {}):
+            figures[f"{name}_mean_success"] = v[f"{name}/mean_success"]
+            figures[f"{name}_min_task_success"] = v[f"{name}/min_task_success"]
+            lrs = np.array(metrics.unit("chosen_lr", name))
             figures[f"{name}_chosen_lr_geomean"] = float(np.exp(np.mean(np.log(lrs))))
-            figures[f"{name}_best_round_mean"] = float(
-                np.mean([v.get(f"select/{toy_variant(arm, 'main', k)}/best_round", math.nan) for k in seeds])
+            rounds = [v.get(f"select/{toy_variant(arm, 'main', k)}/best_round", math.nan) for k in range(len(lrs))]
+            figures[f"{name}_best_round_mean"] = float(np.mean(rounds))
+    # The negative control of criterion (i): the same gap where the reward imbalance Eq. (6) corrects is removed
+    # (equal kappa, the same seeds, budget and lr grid): scaling has nothing to fix, so it must not beat MT-SAC.
+    controls = []
+    if "control_method" in metrics.units.get("mean_success", {}):
+        control = metrics.paired("mean_success", "control_method", "control_baseline")
+        controls.append(
+            Control(
+                "mean_success_gap",
+                "the reward imbalance removed (equal kappa): ARS scaling (b) against MT-SAC (a) on tasks where "
+                "Eq. (6) has nothing to correct",
+                V.difference_criterion(
+                    "mean_success_gap",
+                    "ARS scaling (b) minus MT-SAC (a) on the equal-kappa control, mean test success",
+                    control["control_method"],
+                    control["control_baseline"],
+                    GAP_THRESHOLD,
+                    ">=",
+                    units=units,
+                    covers=COVERS,
+                ),
             )
+        )
+    separations = [
+        Separation("mean test success", {n: v[f"{n}/mean_success"] for n in names}, floor=0.0, ceiling=1.0),
+        Separation("worst-task test success", {n: v[f"{n}/min_task_success"] for n in names}, floor=0.0, ceiling=1.0),
+    ]
     sanity: dict[str, bool] = {"metrics_finite": not metrics.non_finite()}
     # (iv)(a): the Eq. (6) identity at every computation (toy, CRN runs, Meta-World; in-run and from the logs),
     # idempotent recomputation, raw buffers, batches = raw x c_i.
@@ -607,10 +683,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         v["crn/scaled_spread"] <= FLOAT32_TOLERANCE and v["crn/raw_spread"] >= CRN_RAW_SPREAD_MIN
     )
     learning_checks = cfg.scale != Scale.smoke  # smoke trains for seconds: nothing is learned there
-    control_keys = [f"{toy_variant(a, 'control', 0)}/mean_success" for a in ("scale_only", "mtsac")]
+    control_keys = [f"{toy_arm(a, 'control')}/mean_success" for a in ("scale_only", "mtsac")]
     if all(k in v for k in control_keys):
-        control_method = np.mean(per_seed("scale_only", "mean_success", "control"))
-        control_baseline = np.mean(per_seed("mtsac", "mean_success", "control"))
+        control_method, control_baseline = (v[k] for k in control_keys)
         figures["control_gap"] = float(abs(control_method - control_baseline))
         figures["control_baseline_mean_success"] = float(control_baseline)
         if learning_checks:
@@ -644,4 +719,4 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         + (" One toy seed: the criteria have no interval and are at best inconclusive." if cfg.toy.n_seeds == 1 else "")
         + ("" if learning_checks else " Learning-dependent sanity checks skipped at smoke scale.")
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls=controls, separations=separations)

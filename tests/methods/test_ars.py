@@ -31,8 +31,9 @@ from models.ars.algorithm import (  # noqa: E402
     run_ars,
 )
 from models.ars.data import PointMassTasks, read_metaworld_run, run_dir_name  # noqa: E402
-from models.ars.pipeline import toy_variant  # noqa: E402
+from models.ars.pipeline import toy_arm, toy_variant  # noqa: E402
 from models.base import Metrics  # noqa: E402
+from models.common.units import unit_labels  # noqa: E402
 
 
 def test_eq6_on_known_reward_histories():
@@ -263,17 +264,26 @@ def test_early_stopping_keeps_the_best_final_period_actor():
     assert not torch.equal(snapshots[1]["net.layers.0.weight"][0], snapshots[3]["net.layers.0.weight"][0])
 
 
-def _claim_values(cfg, seeds, control=(1.0, 1.0), **overrides):
-    """A Metrics value dict with what claim() reads. ``seeds``: per seed, per-task test success of arms
-    (a) mtsac, (b) scale_only and (c) ars."""
+def _claim_metrics(cfg, seeds, control=(1.0, 1.0), **overrides):
+    """Metrics with what claim() reads. ``seeds``: per seed, per-task test success of arms (a) mtsac,
+    (b) scale_only and (c) ars; ``control``: the equal-kappa control's mean success of (b) and (a), every seed."""
     v = {}
-    for k, per_arm in enumerate(seeds):
-        for arm, tasks in per_arm.items():
-            prefix = toy_variant(arm, "main", k)
-            v[f"{prefix}/mean_success"], v[f"{prefix}/min_task_success"] = float(np.mean(tasks)), float(np.min(tasks))
-            v[f"select/{prefix}/lr"], v[f"select/{prefix}/best_round"] = 1e-3, 3000.0
-        v[f"{toy_variant('scale_only', 'control', k)}/mean_success"] = control[0]
-        v[f"{toy_variant('mtsac', 'control', k)}/mean_success"] = control[1]
+    metrics = Metrics(v)
+    labels = unit_labels("seed", len(seeds))
+    for arm in seeds[0]:
+        name = toy_arm(arm, "main")
+        per_seed = [np.array(per_arm[arm], float) for per_arm in seeds]
+        metrics.add_units("mean_success", name, [s.mean() for s in per_seed], labels)
+        metrics.add_units("min_task_success", name, [s.min() for s in per_seed], labels)
+        metrics.add_units("chosen_lr", name, [1e-3] * len(seeds), labels)
+        v[f"{name}/mean_success"] = float(np.mean([s.mean() for s in per_seed]))
+        v[f"{name}/min_task_success"] = float(np.mean([s.min() for s in per_seed]))
+        for k in range(len(seeds)):
+            v[f"select/{toy_variant(arm, 'main', k)}/best_round"] = 3000.0
+    for arm, value in zip(("scale_only", "mtsac"), control):
+        name = toy_arm(arm, "control")
+        metrics.add_units("mean_success", name, [value] * len(seeds), labels)
+        v[f"{name}/mean_success"] = value
     for key in ("eq6_max_error", "eq6_max_error_logged", "buffer_raw_max_error", "batch_scale_max_error"):
         v[f"toy/{key}"] = 0.0
     v["toy/scale_recompute_identical"] = 1.0
@@ -289,7 +299,7 @@ def _claim_values(cfg, seeds, control=(1.0, 1.0), **overrides):
     for t in cfg.data.tasks:
         v[f"metaworld_ars/c_init_{t}"] = 1.0
     v.update(overrides)
-    return v
+    return metrics
 
 
 GOOD = {"mtsac": [1, 0.5, 0, 0], "scale_only": [1, 1, 0.9, 0.8], "ars": [1, 1, 1, 0.9]}
@@ -300,7 +310,7 @@ def test_claim_holds_fails_and_is_inconclusive_on_arms_b_and_c():
     assert cfg.toy.n_seeds == 3
 
     def claim(seeds, **kw):
-        return pipeline.claim(cfg, Metrics(_claim_values(cfg, seeds, **kw)))
+        return pipeline.claim(cfg, _claim_metrics(cfg, seeds, **kw))
 
     jitter = [{a: np.clip(np.array(s) + d, 0, 1).tolist() for a, s in GOOD.items()} for d in (0.0, -0.05, 0.05)]
     clear = claim(jitter)
@@ -327,7 +337,7 @@ def test_claim_sanity_checks():
     seeds = [GOOD] * 3
 
     def sanity(**kw):
-        return pipeline.claim(cfg, Metrics(_claim_values(cfg, seeds, **kw))).sanity
+        return pipeline.claim(cfg, _claim_metrics(cfg, seeds, **kw)).sanity
 
     assert all(sanity().values())
     assert not sanity(**{"metaworld_ars/eq6_max_error_logged": 1e-3})["iv_a_eq6_identity_every_computation"]
@@ -373,13 +383,19 @@ def test_smoke_pipeline(smoke_run, tmp_path):
         metrics["ars_reset/mean_success"] - metrics["baseline/mean_success"]
     )
     assert result.sane, result.sanity  # the (iv) checks are deterministic: they must pass at smoke too
+
     # arms (b) and (c) both start from Eq. (6) on the same random phase (paired seed): identical T_init scales
+    def first(metric, arm):  # seed 0's value
+        return metrics.unit(metric, arm)[0]
+
     for arm in ("method", "ars_reset"):
-        assert metrics[f"{arm}/c_init_task0"] == 1.0 and metrics[f"{arm}/c_init_task1"] > 1.0
-        rbar = np.array([metrics[f"{arm}/rbar_init_task{i}"] for i in range(2)])
-        np.testing.assert_allclose(metrics[f"{arm}/c_init_task1"], rbar.max() / rbar[1], rtol=1e-9)
-    assert metrics["method/c_init_task1"] == metrics["ars_reset/c_init_task1"]
-    assert "ars_reset/c_reset1_task1" in metrics.values and "method/c_reset1_task1" not in metrics.values
+        assert first("c_init_task0", arm) == 1.0 and first("c_init_task1", arm) > 1.0
+        rbar = np.array([first(f"rbar_init_task{i}", arm) for i in range(2)])
+        np.testing.assert_allclose(first("c_init_task1", arm), rbar.max() / rbar[1], rtol=1e-9)
+    assert first("c_init_task1", "method") == first("c_init_task1", "ars_reset")
+    assert "ars_reset" in metrics.units["c_reset1_task1"] and "method" not in metrics.units["c_reset1_task1"]
+    assert [c.of for c in result.controls] == ["mean_success_gap"] and result.separations
+    assert result.criterion("mean_success_gap").labels == ("seed0",)
     model = SPEC.module().load_model(cfg, run.layout.model_dir)
     out = model(torch.zeros(5, 2 + len(cfg.toy.kappa)))
     assert out.shape == (5, 2) and out.abs().max() <= 1.0
