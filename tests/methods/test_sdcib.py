@@ -18,6 +18,7 @@ from models.base import Metrics, ValidationError, read_dataset  # noqa: E402
 from models.common.raw_data import RawDataError  # noqa: E402
 from models.common.units import unit_labels  # noqa: E402
 from models.sdcib import SPEC  # noqa: E402
+from models.sdcib import pipeline as P  # noqa: E402
 from models.sdcib.algorithm import (  # noqa: E402
     cluster_acc,
     cluster_entropy,
@@ -436,6 +437,12 @@ def claim_metrics(sdcib_acc, last_layer_acc, kmeans_acc) -> Metrics:
         values[f"{prefix}/acc"] = float(np.mean(accs))
         values[f"{prefix}/acc_low"], values[f"{prefix}/acc_high"] = min(accs), max(accs)
         values[f"{prefix}/acc_official_max"] = max(accs)
+    for name, chosen in (("raw", 0.0), ("feature", 0.0), ("view", 1.0)):  # every k-means preprocessing
+        prefix = f"baseline_kmeans_{name}"
+        labels = unit_labels("seed", len(kmeans_acc))
+        metrics.add_units("acc", prefix, kmeans_acc, labels)
+        metrics.add_units("chosen", prefix, [chosen] * len(kmeans_acc), labels)
+        values.update({f"{prefix}/acc{suffix}": 0.5 for suffix in ("", "_low", "_high")})
     return metrics
 
 
@@ -460,3 +467,30 @@ def test_claim_gaps_are_paired_over_seeds_and_three_state():
     vacuous = SPEC.module().claim(cfg, claim_metrics([0.30, 0.31, 0.29], [0.10, 0.10, 0.11], [0.1, 0.1, 0.1]))
     assert not vacuous.sanity["baseline_learns_task_>=0.2"] and vacuous.sanity["method_learns_task_>=0.2"]
     assert not vacuous.sane
+
+
+def test_every_kmeans_preprocessing_is_scored_and_the_claim_names_the_chosen_one():
+    cfg = Config(n_seeds=3)
+    result = SPEC.module().claim(cfg, claim_metrics([0.74, 0.76, 0.72], [0.65, 0.66, 0.64], [0.60, 0.61, 0.62]))
+    assert "per-view weighted on 3 of 3 seeds" in result.criterion("acc_gap_vs_kmeans").statement
+    for name in ("raw", "feature", "view"):
+        assert f"baseline_kmeans_{name}_acc" in result.figures
+    assert result.figures["baseline_kmeans_view_chosen_seeds"] == 3.0
+    # "raw" is the plain concatenation: no log1p, no scaling.
+    views = [np.arange(6.0).reshape(3, 2), 10.0 * np.ones((3, 1))]
+    raw = P.kmeans_input(views, (True, True), "raw")
+    assert np.array_equal(raw, np.concatenate(views, axis=1))
+    assert not np.allclose(P.kmeans_input(views, (True, True), "feature"), raw)
+
+
+def test_official_epoch_choice_takes_the_lowest_training_loss_epoch():
+    records = [
+        {"epoch": 0.0, "train/loss": 5.0},
+        {"epoch": 0.0, "test/acc": 0.5},
+        {"epoch": 1.0, "train/loss": 2.0},
+        {"epoch": 1.0, "test/acc": 0.8},
+        {"epoch": 2.0, "train/loss": 1.0},
+        {"epoch": 2.0, "test/acc": 0.6},
+    ]
+    assert P.official_epoch_choice(records) == {"acc_official_epoch": 0.6, "official_epoch": 2.0, "epochs_run": 3.0}
+    assert P.official_epoch_choice([{"epoch": 0.0, "test/acc": 0.5}]) == {}
