@@ -146,22 +146,53 @@ def smc(
     log w += -(E_target - E_source)(x) dt at the current particles, then one Langevin step
     x' = x - h grad E_t(x) + sqrt(2h) xi with h = eps dt (optionally Metropolis-adjusted), then
     multinomial resampling when the normalised ESS < ``ess_threshold``, and always at the end.
+    One particle set; ``smc_batched`` runs several independent ones (sampling seeds) together.
     """
+    kwargs = dict(steps=steps, eps=eps, ess_threshold=ess_threshold, metropolis=metropolis, progress=progress)
+    return smc_batched([x], source, target, generators=[generator], **kwargs)[0]
+
+
+def smc_batched(
+    xs: list[torch.Tensor],
+    source: EnergyFn,
+    target: EnergyFn,
+    *,
+    steps: int,
+    eps: float,
+    ess_threshold: float,
+    metropolis: bool,
+    generators: list[torch.Generator],
+    progress: Callable | None = None,
+) -> list[SMCResult]:
+    """``smc`` on several independent particle sets at once (the paired sampling seeds as a batch dimension).
+
+    The sets may differ in size (each seed keeps its own filtered proposals): they are concatenated, so
+    every energy and gradient call sees all particles of all sets, while each set keeps its own random
+    stream (``generators[s]`` draws its Langevin noise, Metropolis tests and resampling in the order the
+    one-set sampler draws them), its own weights, ESS and resampling decisions. Each result therefore
+    equals ``smc`` on that set alone up to float rounding of the batched energy calls
+    (tests/methods/test_sbg_batched.py).
+    """
+    if len(xs) != len(generators):
+        raise ValueError(f"{len(xs)} particle sets but {len(generators)} generators")
+    sizes = [len(x) for x in xs]
+    bounds = [(a, a + n) for a, n in zip(np.cumsum([0, *sizes[:-1]]).tolist(), sizes)]
+    x = torch.cat(xs)
     n = len(x)
     es, gs = source(x)
     et, gt = target(x)
     logw = torch.zeros(n, dtype=torch.float64)
-    lineage = torch.arange(n)
+    lineage = torch.cat([torch.arange(m) for m in sizes])
     times = torch.linspace(0.0, 1.0, steps + 1, dtype=torch.float64)
-    trace: dict[str, list[float]] = {"t": [], "ess": [], "median_energy": [], "acceptance": []}
-    resamplings, accepted, ess = 0, 0.0, 1.0
+    traces = [{"t": [], "ess": [], "median_energy": [], "acceptance": []} for _ in xs]
+    resamplings, accepted, final_ess = [0] * len(xs), [0.0] * len(xs), [1.0] * len(xs)
     levels = range(1, steps + 1)
     for k in progress(levels) if progress else levels:
         t, dt = float(times[k]), float(times[k] - times[k - 1])
         logw = logw + torch.nan_to_num(-(et - es) * dt, nan=-math.inf)  # a broken particle gets weight 0
         h = eps * dt
         grad = interpolate(gs, gt, t)
-        noise = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+        noise = torch.cat([torch.randn(xi.shape, generator=g, dtype=x.dtype) for xi, g in zip(xs, generators)])
         proposal = x - h * grad + math.sqrt(2 * h) * noise
         es_p, gs_p = source(proposal)
         et_p, gt_p = target(proposal)
@@ -171,27 +202,44 @@ def smc(
             backward = ((x - proposal + h * interpolate(gs_p, gt_p, t)) ** 2).flatten(1).sum(1)
             log_alpha = -interpolate(es_p, et_p, t) + interpolate(es, et, t) - (backward - forward) / (4 * h)
             log_alpha = torch.nan_to_num(log_alpha, nan=-math.inf)
-            accept = torch.log(torch.rand(n, generator=generator, dtype=torch.float64)) < log_alpha
+            uniform = torch.cat([torch.rand(m, generator=g, dtype=torch.float64) for m, g in zip(sizes, generators)])
+            accept = torch.log(uniform) < log_alpha
         else:
             accept = torch.ones(
                 n, dtype=torch.bool
             )  # ULA: always move (a non-finite energy zeroes the weight next step)
-        a = accept.view(-1, 1, 1)
+        a = accept.view(-1, *([1] * (x.dim() - 1)))
         x, gs, gt = torch.where(a, proposal, x), torch.where(a, gs_p, gs), torch.where(a, gt_p, gt)
         es, et = torch.where(accept, es_p, es), torch.where(accept, et_p, et)
-        accepted += float(accept.double().mean()) / steps
-        ess = normalized_ess(logw) if torch.isfinite(logw).any() else 0.0
-        trace["t"].append(t)
-        trace["ess"].append(ess)
-        trace["median_energy"].append(float(et.median()))
-        trace["acceptance"].append(float(accept.double().mean()))
-        if ess < ess_threshold or k == steps:
-            final_ess = ess
-            idx = multinomial_resample(logw, generator)
-            x, es, et, gs, gt, lineage = x[idx], es[idx], et[idx], gs[idx], gt[idx], lineage[idx]
-            logw = torch.zeros(n, dtype=torch.float64)
-            resamplings += int(k != steps)
-    return SMCResult(x, et, final_ess, resamplings, lineage.unique().numel() / n, accepted, trace)
+        order, resampled = torch.arange(n), []
+        for s, ((lo, hi), g) in enumerate(zip(bounds, generators)):
+            w, acc = logw[lo:hi], accept[lo:hi].double().mean()
+            accepted[s] += float(acc) / steps
+            ess = normalized_ess(w) if torch.isfinite(w).any() else 0.0
+            traces[s]["t"].append(t)
+            traces[s]["ess"].append(ess)
+            traces[s]["median_energy"].append(float(et[lo:hi].median()))
+            traces[s]["acceptance"].append(float(acc))
+            if ess < ess_threshold or k == steps:
+                final_ess[s] = ess
+                order[lo:hi] = lo + multinomial_resample(w, g)
+                resamplings[s] += int(k != steps)
+                resampled.append((lo, hi))
+        x, es, et, gs, gt, lineage = x[order], es[order], et[order], gs[order], gt[order], lineage[order]
+        for lo, hi in resampled:  # a resampled set starts again from equal weights
+            logw[lo:hi] = 0.0
+    return [
+        SMCResult(
+            x[lo:hi],
+            et[lo:hi],
+            final_ess[s],
+            resamplings[s],
+            lineage[lo:hi].unique().numel() / (hi - lo),
+            accepted[s],
+            traces[s],
+        )
+        for s, (lo, hi) in enumerate(bounds)
+    ]
 
 
 # ----------------------------------------------------------------------------- metrics

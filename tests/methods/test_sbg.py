@@ -459,13 +459,15 @@ def test_smoke_pipeline(smoke_run):
 # ----------------------------------------------------------------------------- claim
 
 
-def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=(1.0, 1.2), lineages=(0.5, 0.2)):
+def _claim_of(
+    w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=(1.0, 1.2), lineages=(0.5, 0.2), flow_nll=-2.1
+):
     """claim() at default scale on hand-built per-seed metrics; must-pass figures passing unless changed.
     ``effective_samples``: SNIS's Kish ESS x N, one number for every seed or one per seed."""
     from models.base import Metrics
 
     cfg = SPEC.make_config("default")
-    n = cfg.sampler.n_seeds
+    n = len(w2_smc)  # the hand-built seeds (the default config runs 10)
     per_seed = {
         "energy_w2": (w2_smc, w2_snis),
         "energy_mean_gap": (gap_smc, gap_snis),
@@ -478,8 +480,9 @@ def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=
         "check/invert_max_abs": 0.0,
         "check/logdet_max_abs_err": 0.0,
         "check/md_energies_finite": 1.0,
-        "check/flow_val_nll": -2.1,
+        "check/flow_val_nll": flow_nll,
         "check/initial_val_nll": -2.0,
+        "check/flow_dims": 66.0,
         "baseline/ess": 0.1,
         "baseline/effective_samples": float(np.median(effective)),  # the median the old check read
         "method/ess_final": 0.5,
@@ -498,6 +501,8 @@ def _claim_of(w2_smc, w2_snis, gap_smc, gap_snis, effective_samples=50.0, torus=
     metrics.add_units("effective_samples", "baseline", effective, labels)
     metrics.add_units("ess", "baseline", [0.1] * n, labels)
     metrics.add_units("ess_final", "method", [0.5] * n, labels)
+    metrics.add_units("effective_samples", "gaussian_start", [3.0] * n, labels)
+    metrics.add_units("energy_w2", "gaussian_start", [20.0] * n, labels)
     v["proposal/energy_w2"], v["proposal/torus_w2"] = 50.0, 1.0
     return SPEC.module().claim(cfg, metrics)
 
@@ -544,3 +549,14 @@ def test_the_raw_flow_control_fails_the_energy_criterion():
     (control,) = clear.controls
     assert control.of == "energy_w2_smc_minus_snis" and control.criterion.state == "fails"
     assert clear.verdict == "holds"
+
+
+def test_a_flow_that_barely_beats_its_gaussian_start_fails_the_must_pass():
+    """The review's case: 2e-4 nats per coordinate (0.013 nats per molecule of 66 coordinates) is not learning."""
+    key = "flow_learns_val_loglik_>=1_nats_per_molecule_above_its_gaussian_start"
+    barely = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, flow_nll=-2.0002)
+    assert not barely.sanity[key] and not barely.sane
+    assert barely.figures["flow_val_loglik_gain_nats_per_molecule"] == pytest.approx(0.0002 * 66)
+    learned = _claim_of([5.0] * 5, SNIS_W2, [1.0] * 5, [4.0] * 5, flow_nll=-2.02)  # 1.32 nats per molecule
+    assert learned.sanity[key] and learned.sane
+    assert learned.figures["effective_samples_snis_gaussian_start_median"] == pytest.approx(3.0)
