@@ -36,6 +36,22 @@ def block_fisher(twin: ChipNetwork, theta: torch.Tensor, x: torch.Tensor) -> lis
         return [rows[:, a:b].T @ rows[:, a:b] / x.shape[0] for a, b in twin.blocks]
 
 
+def run_block_fisher(twin: ChipNetwork, thetas: torch.Tensor, x: torch.Tensor) -> list[list[torch.Tensor]]:
+    """``block_fisher`` for R parameter vectors (R, N), each on its own minibatch x (R, B, d): one batched closed-form
+    Jacobian where the network has one (the mesh), else one run after another."""
+    if not hasattr(twin, "run_logit_jacobian"):
+        return [block_fisher(twin, theta, xr) for theta, xr in zip(thetas, x)]
+    thetas = thetas.detach()
+    jac = twin.run_logit_jacobian(thetas, x)  # (R, B, C, N)
+    with torch.no_grad():
+        defects = {k: v[None].expand(len(thetas), *v.shape) for k, v in twin.defects().items()}
+        p = torch.softmax(twin.run_logits(defects, thetas[:, None], x)[:, 0], dim=-1)  # (R, B, C)
+        centred = jac - torch.einsum("rbc,rbcn->rbn", p, jac)[:, :, None, :]
+        rows = (p.sqrt()[..., None] * centred).reshape(len(thetas), -1, jac.shape[-1])  # (R, B C, N)
+        blocks = [rows[..., a:b].mT @ rows[..., a:b] / x.shape[1] for a, b in twin.blocks]
+        return [[block[r] for block in blocks] for r in range(len(thetas))]
+
+
 # ----------------------------------------------------------------------------- sampler
 
 

@@ -12,30 +12,37 @@ LABELS = {"method": "ZO-natural (Fisher)", "baseline": "ZO-I (isotropic)"}
 COLORS = {"method": "C0", "baseline": "C1"}
 
 
-def plot_curves(curves: dict, twin_acc: float, targets: dict[int, float], path: Path) -> Path:
-    """Chip validation accuracy and loss and training loss against queries, training loss against seconds.
+def plot_curves(epochs: dict, steps: dict, twin_acc: float, targets: dict[int, float], path: Path) -> Path:
+    """Chip validation accuracy and loss per epoch, and the whole training set's loss after every minibatch,
+    against chip queries (the claim's curve; dotted: each seed's target), for the chosen lr of each arm.
 
-    ``curves[variant][seed]`` holds the per-evaluation arrays ``queries``, ``seconds``, ``val/acc``,
-    ``val/loss``, ``trainset/loss`` (runs stop at different epochs, so each seed is drawn on its own)."""
+    ``epochs[variant][seed]``: per-epoch arrays ``queries``, ``val/acc``, ``val/loss``; ``steps[variant][seed]``:
+    ``(queries, training loss)`` after every minibatch (runs stop at different epochs: each seed drawn alone)."""
     plt = pyplot()
-    fig, axes = plt.subplots(1, 4, figsize=(19, 4))
-    panels = (
-        ("val/acc", "queries", "chip validation accuracy"),
-        ("val/loss", "queries", "chip validation loss (early stopping)"),
-        ("trainset/loss", "queries", "chip training loss (dotted: the seed's target)"),
-        ("trainset/loss", "seconds", "chip training loss vs wall clock"),
-    )
-    for variant, per_seed in curves.items():
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4))
+    for variant, per_seed in epochs.items():
         for i, c in enumerate(per_seed.values()):
-            for ax, (key, x_key, title) in zip(axes, panels):
-                ax.plot(c[x_key], c[key], color=COLORS[variant], alpha=0.8, label=LABELS[variant] if i == 0 else None)
-                ax.set_title(title)
-                ax.set_xlabel("seconds" if x_key == "seconds" else "chip queries (parameter settings x minibatches)")
+            label = LABELS[variant] if i == 0 else None
+            axes[0].plot(c["queries"], c["val/acc"], color=COLORS[variant], alpha=0.8, label=label)
+            axes[1].plot(c["queries"], c["val/loss"], color=COLORS[variant], alpha=0.8, label=label)
+        for i, (queries, loss) in enumerate(steps[variant].values()):
+            axes[2].plot(
+                queries, loss, color=COLORS[variant], alpha=0.6, lw=0.8, label=LABELS[variant] if i == 0 else None
+            )
+    titles = (
+        "chip validation accuracy",
+        "chip validation loss (early stopping)",
+        "chip training loss, every minibatch",
+    )
+    for ax, title in zip(axes, titles):
+        ax.set_title(title)
+        ax.set_xlabel("chip queries (parameter settings x minibatches)")
     for level in targets.values():
         if np.isfinite(level):
             axes[2].axhline(level, color="grey", ls=":", lw=1)
     axes[0].axhline(twin_acc, color="grey", ls="--", label="ideal twin after BP (mean over seeds)")
     axes[0].legend()
+    axes[2].legend()
     fig.suptitle(f"ZO training of a deficient chip after BP on its twin ({len(targets)} seeds, chosen lr each)")
     return save(fig, path)
 
