@@ -60,6 +60,22 @@ def chernoff_index(s: int, p_min: float, delta: float) -> int:
     return int(math.floor(s * q - math.sqrt(2.0 * s * q * math.log(2.0 / delta))))
 
 
+def smallest_certifying_size(p_min: float, delta: float, upper: int = 10**8) -> int:
+    """The least sample size whose Chernoff index is >= 0: the smallest net for which Algorithm 1 certifies any
+    kappa at all. Its mapping at kappa_max is the minimum robustness of all s points, which a fresh point
+    undercuts with probability 1 / (s + 1): the under-sized net of the negative control."""
+    if chernoff_index(upper, p_min, delta) < 0:
+        raise ValueError(f"no sample size <= {upper} certifies a kappa at p_min={p_min}, delta={delta}")
+    lo, hi = 1, upper
+    while lo < hi:  # the index grows with s (s q - sqrt(2 s q ln(2/delta)) is increasing once it is >= 0)
+        mid = (lo + hi) // 2
+        if chernoff_index(mid, p_min, delta) >= 0:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def runs_to_decide(threshold: float, confidence: float = 0.95) -> int:
     """Fewest runs n whose all-pass two-sided Clopper-Pearson lower end, ((1 - confidence) / 2) ** (1 / n),
     reaches ``threshold``: with fewer, "pass rate >= threshold" cannot hold whatever the runs show."""
@@ -232,18 +248,30 @@ def radius_violations(
     return int((inside_flips | ~outside_flips)[torch.isfinite(rob)].sum())
 
 
-def pgd_radius(net: nn.Module, x: torch.Tensor, eps: float, alpha: float, steps: int) -> torch.Tensor:
-    """Untargeted l_inf PGD on the CE of the predicted label, no random start (QuantitativePGD).
+def pgd_radius(
+    net: nn.Module,
+    x: torch.Tensor,
+    eps: float,
+    alpha: float,
+    steps: int,
+    random_start: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Untargeted l_inf PGD on the CE of the predicted label (QuantitativePGD; no random start by default).
 
     rob = ||x_adv - x||_inf at the first step whose prediction differs, +inf if none does within
     ``steps`` steps inside the eps-ball. An adversarial example exists at that distance, so this
     upper-bounds the true radius (optimistic oracle). Points drop out of the batch once they flip;
     the perturbation is kept as its own tensor and updated in place (the attack is memory-bound).
+    ``random_start`` > 0 starts from a uniform draw in [-random_start, random_start]^d (``generator``).
     """
     with torch.no_grad():
         label = net(x).argmax(dim=1)
     rob = torch.full((len(x),), math.inf, dtype=x.dtype)
     index, origin, delta = torch.arange(len(x)), x, torch.zeros_like(x)
+    start = min(random_start, eps)
+    if start > 0:
+        delta = (torch.rand(x.shape, generator=generator, dtype=x.dtype) * 2 - 1).mul_(start)
     for step in range(steps + 1):
         xa = (origin + delta).requires_grad_(True)
         logits = net(xa)
@@ -259,8 +287,33 @@ def pgd_radius(net: nn.Module, x: torch.Tensor, eps: float, alpha: float, steps:
         if any_flipped:  # compact the batch to the points still unbroken
             index, origin, label, delta, grad = index[keep], origin[keep], label[keep], delta[keep], grad[keep]
         delta.add_(grad.sign_(), alpha=alpha)
-        if alpha * (step + 1) > eps:  # the projection onto the eps-ball can only bind from here on
+        if start + alpha * (step + 1) > eps:  # the projection onto the eps-ball can only bind from here on
             delta.clamp_(-eps, eps)
+    return rob
+
+
+def strong_pgd_radius(
+    net: nn.Module,
+    x: torch.Tensor,
+    eps: float,
+    alpha: float,
+    steps: int,
+    restarts: int,
+    seed: int,
+    weak: tuple[float, int] | None = None,
+) -> torch.Tensor:
+    """The held-out oracle of an attack-built certificate: the smallest radius over an ensemble of PGD attacks,
+    1 + ``restarts`` with step ``alpha`` and ``steps`` steps (the first from x, the others from independent
+    uniform starts in [-alpha, alpha]^d) and, with ``weak = (alpha_w, steps_w)``, the certificate's own attack
+    configuration as a member. Every member reports a real adversarial example, so this still upper-bounds the
+    true radius; with the weak configuration inside it is never weaker on any point, and the finer step and the
+    restarts find flips at smaller radii, so an over-optimistic certificate shows against it."""
+    generator = torch.Generator().manual_seed(seed)
+    rob = pgd_radius(net, x, eps, alpha, steps)
+    if weak is not None:
+        rob = torch.minimum(rob, pgd_radius(net, x, eps, *weak))
+    for _ in range(restarts):
+        rob = torch.minimum(rob, pgd_radius(net, x, eps, alpha, steps, random_start=alpha, generator=generator))
     return rob
 
 

@@ -48,9 +48,10 @@ class TrainConfig(StrictModel):
     """The official SGD recipe (momentum, weight decay) with a cosine schedule, early stopping on validation
     NLL and an lr grid chosen on it (searched on split seed 0, reused on the others)."""
 
-    lr_grid: tuple[LearningRate, ...] = Field((0.3, 1.0), min_length=1, max_length=8)
-    max_epochs: int = Field(10, ge=1, le=2000)
-    patience: int = Field(3, ge=1, le=500)  # epochs without a better validation NLL before stopping
+    lr_grid: tuple[LearningRate, ...] = Field((0.1, 0.3, 1.0, 3.0, 10.0), min_length=1, max_length=8)
+    max_epochs: int = Field(40, ge=1, le=2000)
+    patience: int = Field(3, ge=1, le=500)  # epochs without a better validation NLL (by > min_delta) before stopping
+    min_delta: float = Field(1e-3, ge=0, le=1)  # nats of validation NLL: smaller gains are the plateau
     batch_size: int = Field(2000, ge=1, le=60_000)
     momentum: float = Field(0.9, ge=0, lt=1)
     weight_decay: float = Field(5e-4, ge=0, le=1)
@@ -63,7 +64,10 @@ class GuaranteeConfig(StrictModel):
     p_min: float = Field(0.1, gt=0, le=1)  # certified minimum mass Pr(conf >= kappa_max)
     delta: float = Field(0.01, gt=0, lt=1)  # total failure probability; eps-net and Chernoff get delta/2 each
     vc_dim: int = Field(2, ge=1, le=20)  # VC dimension of the quality-space counterexample regions
-    control_divisor: int = Field(50, ge=2, le=500)  # the under-sampled control uses s // control_divisor points
+    control_divisor: int = Field(50, ge=2, le=500)  # the brief's s // control_divisor net (reported only)
+    # The sample-size sweep (linear, d = 784): the first s(eps_j p_min, delta / 2) points of every sample, each
+    # judged against its own eps_j (docs/methods/pag_cert.md, criterion 2)
+    sweep_epsilons: tuple[Annotated[float, Field(gt=0, lt=1)], ...] = Field((0.1, 0.2, 0.5), max_length=8)
     # Pass-rate thresholds of the claim (the brief's 19/20 for the linear settings, >= 90 % for MLP-PGD)
     linear_pass_rate: float = Field(0.95, gt=0, lt=1)
     mlp_pass_rate: float = Field(0.9, gt=0, lt=1)
@@ -83,10 +87,11 @@ class SamplingConfig(StrictModel):
 
 
 class MLPConfig(StrictModel):
-    """The MLP certified with a PGD (optimistic) and an interval-bound (conservative) oracle, at d = 784."""
+    """The MLP certified with a PGD (optimistic) and an interval-bound (conservative) oracle, at d = 784; the PGD
+    settings' held-out points are scored by a stronger, independent PGD (``strong_*``)."""
 
     hidden: tuple[Width, ...] = (16,)
-    train: TrainConfig = TrainConfig(lr_grid=(0.1, 0.3), max_epochs=15, batch_size=1000)
+    train: TrainConfig = TrainConfig(lr_grid=(0.03, 0.1, 0.3, 1.0), max_epochs=60, batch_size=1000)
     # 3 x 13 = 39 runs: the least whose all-pass Clopper-Pearson lower end clears 0.9 is 36
     runs_per_split: int = Field(13, ge=1, le=1000)
     ibp_runs_per_split: int = Field(2, ge=0, le=1000)  # the interval oracle's certificates (reported only)
@@ -95,6 +100,10 @@ class MLPConfig(StrictModel):
     pgd_eps: float = Field(0.5, gt=0, le=100)  # l_inf ball of the attack; rob = +inf when it never flips
     pgd_alpha: float = Field(0.01, gt=0, le=100)
     pgd_steps: int = Field(50, ge=1, le=10_000)
+    # The held-out oracle of the PGD certificates: a step strong_step_divisor times finer, as many times more
+    # steps (the same ball), and strong_restarts extra attacks from independent random starts; the minimum radius
+    strong_step_divisor: int = Field(4, ge=1, le=100)
+    strong_restarts: int = Field(2, ge=0, le=100)
     ibp_max_radius: float = Field(0.25, gt=0, le=100)
     ibp_steps: int = Field(6, ge=1, le=100)  # bisection halvings
 
@@ -110,6 +119,7 @@ class Config(MethodConfig):
             "data.train_size": 2_000,
             "guarantee.epsilon": 0.1,
             "guarantee.p_min": 0.5,  # net e = 0.05 -> s = 1,205
+            "guarantee.sweep_epsilons": (0.4,),
             "sampling.runs_per_split": 2,
             "sampling.heldout_draws": 4_000,
             "sampling.test_split_draws": 2_000,
@@ -126,6 +136,8 @@ class Config(MethodConfig):
             "mlp.test_split_draws": 1_000,
             "mlp.pgd_steps": 20,
             "mlp.pgd_alpha": 0.025,
+            "mlp.strong_step_divisor": 2,
+            "mlp.strong_restarts": 1,
             "min_test_accuracy": 0.5,
         },
         "paper": {  # the official MNIST feed-forward PGD setting (784-50-10-10), 5 splits x 5 sampling seeds
@@ -133,6 +145,7 @@ class Config(MethodConfig):
             "data.train_size": 40_000,
             "guarantee.epsilon": 0.01,
             "guarantee.p_min": 0.01,  # net e = 1e-4 -> s = 989,533
+            "guarantee.sweep_epsilons": (0.02, 0.05, 0.1),
             "sampling.runs_per_split": 15,
             "sampling.heldout_draws": 4_000_000,
             "sampling.test_split_draws": 1_000_000,
@@ -165,6 +178,11 @@ class Config(MethodConfig):
 
     @model_validator(mode="after")
     def _native_side_is_certified(self) -> Config:
+        g = self.guarantee
+        if any(not g.epsilon < e for e in g.sweep_epsilons) or len(set(g.sweep_epsilons)) != len(g.sweep_epsilons):
+            raise ValueError(
+                f"guarantee.sweep_epsilons {g.sweep_epsilons} must be distinct and above epsilon {g.epsilon}"
+            )
         if 28 not in self.linear_sides:
             raise ValueError(f"linear_sides {self.linear_sides} must include 28 (native MNIST, the MLP's input)")
         if len(set(self.linear_sides)) != len(self.linear_sides):

@@ -17,20 +17,21 @@ PANELS = (
 )
 
 
-def relative_errors(runs: dict, epsilon: float, s: int, s_control: int, path: Path) -> Path:
-    """Per-run held-out relative error against the eps band: eps-net vs control, fresh D' vs test split."""
+def relative_errors(runs: dict, epsilon: float, sizes: dict[str, tuple[int, float]], path: Path) -> Path:
+    """Per-run held-out relative error against the eps band: eps-net vs the under-sized control, fresh D' vs the
+    test split."""
     plt = plotting.pyplot()
     settings = list(runs)
     fig, axes = plt.subplots(1, 2, figsize=(2.2 * len(settings) + 3, 4.4), sharey=True)
     rng = np.random.default_rng(0)
+    arms = (
+        (-0.18, "method", "tab:blue", f"eps-net, s = {sizes['method'][0]:,}"),
+        (0.18, "control", "tab:red", f"control (under-sized), s = {sizes['control'][0]:,}"),
+    )
     for ax, (where, title) in zip(axes, PANELS):
         for i, setting in enumerate(settings):
-            for shift, label, colour, size in (
-                (-0.18, "method", "tab:blue", s),
-                (0.18, "baseline", "tab:red", s_control),
-            ):
-                rel = np.array([r[f"{where}rel_err"] for r in runs[setting][label]])
-                name = f"eps-net, s = {size:,}" if label == "method" else f"control, s/50 = {size:,}"
+            for shift, arm, colour, name in arms:
+                rel = np.array([r[f"{where}rel_err"] for r in runs[setting][arm]])
                 jitter = rng.uniform(-0.07, 0.07, len(rel))
                 ax.scatter(i + shift + jitter, rel, s=8, color=colour, alpha=0.6, label=name if i == 0 else None)
                 ax.hlines(np.median(rel), i + shift - 0.12, i + shift + 0.12, color=colour, lw=2)
@@ -40,6 +41,31 @@ def relative_errors(runs: dict, epsilon: float, s: int, s_control: int, path: Pa
         ax.set_title(title, fontsize=10)
     axes[0].set_ylabel("relative error: sup over kappa <= kappa_max of\nPr(rob < M(kappa) | conf >= kappa)")
     axes[0].legend(fontsize=7, loc="upper left")
+    return plotting.save(fig, path)
+
+
+def sample_size_sweep(sizes: dict[str, tuple[int, float]], errors: dict[str, np.ndarray], path: Path) -> Path:
+    """Relative error of every run against the sample size (linear, d = 784, exact oracle), each size's own eps
+    (the eps it certifies) as a step, and the under-sized control."""
+    plt = plotting.pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.3))
+    rng = np.random.default_rng(0)
+    order = sorted(sizes, key=lambda arm: sizes[arm][0])
+    for arm in order:
+        size, eps = sizes[arm]
+        rel = errors[arm]
+        colour = "tab:red" if arm == "control" else "tab:blue"
+        x = size * np.exp(rng.uniform(-0.06, 0.06, len(rel)))
+        ax.scatter(x, np.maximum(rel, 1e-5), s=7, alpha=0.5, color=colour)
+        passes = float(np.mean(rel <= eps))
+        ax.hlines(eps, size / 1.25, size * 1.25, color="black", lw=2)
+        ax.annotate(f"{passes:.0%} <= {eps:g}", (size, eps), textcoords="offset points", xytext=(0, 6),
+                    ha="center", fontsize=7)  # fmt: skip
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("certification sample size s (prefixes of one sample)")
+    ax.set_ylabel("relative error on fresh draws (bar: the eps the size is judged against)")
+    ax.set_title("sample-size sweep; red: the under-sized net (smallest that certifies)", fontsize=9)
     return plotting.save(fig, path)
 
 
@@ -78,10 +104,10 @@ def quality_space(curves: dict, held_out: dict[str, alg.HeldOut], path: Path) ->
         finite = rob[np.isfinite(rob)]
         cap = float(finite.max()) * 1.05 if finite.size else 1.0
         ax.scatter(stretch(conf[pick]), np.minimum(rob[pick], cap), s=3, alpha=0.25, color="grey", label="fresh q(x)")
-        for label, colour in (("method", "tab:blue"), ("baseline", "tab:red")):
+        for label, colour in (("method", "tab:blue"), ("control", "tab:red")):
             conf_desc, runmin, kappa_max = curves[setting][label]
             use = conf_desc <= kappa_max
-            name = "eps-net" if label == "method" else "control"
+            name = "eps-net" if label == "method" else "under-sized control"
             ax.step(stretch(conf_desc[use]), runmin[use], where="post", color=colour, lw=1.5, label=f"M(kappa), {name}")
             ax.axvline(stretch(kappa_max), color=colour, ls=":", lw=1)
         ticks = np.array([0.5, 0.9, 0.99, 0.999, 0.9999])

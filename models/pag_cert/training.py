@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -88,7 +89,7 @@ def train_classifier(
 
     def fit_and_score(point: dict) -> tuple[float, tuple]:
         net = make_net()
-        callbacks = early_stopping_callbacks("val/loss", cfg.patience, mode="min")
+        callbacks = early_stopping_callbacks("val/loss", cfg.patience, mode="min", min_delta=cfg.min_delta)
         history = fit(
             ClassifierModule(net, point["lr"], cfg),
             batch_loader(train_set, cfg.batch_size, seed),
@@ -99,7 +100,8 @@ def train_classifier(
             callbacks=callbacks,
         )
         best = callbacks[-1]
-        return best.best, (net.eval(), best, history)
+        score = best.best if best.best is not None else math.nan  # a diverged fit is ineligible
+        return score, (net.eval(), best, history)
 
     selection, (net, best, history) = select_on_validation(
         arm or name, grid(lr=cfg.lr_grid), fit_and_score, metric="nll", higher_is_better=False, unit=unit

@@ -140,6 +140,41 @@ def test_epsnet_guarantee_holds_in_distribution_and_control_is_worse():
     assert np.median(rel_control) > 3 * np.median(rel_net)
 
 
+def test_smallest_certifying_size_is_the_least_with_a_chernoff_index():
+    for p_min, delta in ((0.1, 0.01), (0.5, 0.01), (0.01, 0.01), (0.3, 0.2)):
+        s = alg.smallest_certifying_size(p_min, delta)
+        assert alg.chernoff_index(s, p_min, delta) >= 0 > alg.chernoff_index(s - 1, p_min, delta)
+        assert all(alg.chernoff_index(n, p_min, delta) >= 0 for n in range(s, s + 200))  # monotone from there
+    assert alg.smallest_certifying_size(0.1, 0.01) == 12  # the default scale's under-sized control
+
+
+def test_sweep_sizes_meet_their_own_eps_and_the_under_sized_net_fails():
+    """On a known quality-space law: every prefix of size s(eps_j p_min, delta/2) meets eps_j in (almost) every run,
+    and the smallest certifying net misses eps in about half of them (1 / (s + 1) = 0.077 > eps = 0.05)."""
+    rng = np.random.default_rng(11)
+    eps, p_min, delta = 0.05, 0.1, 0.01
+
+    def draw(n):
+        conf = rng.beta(5, 1, n)
+        return conf, rng.exponential(0.1, n) * (1 + 2 * conf)
+
+    held = alg.HeldOut.of(*draw(200_000))
+    sizes = {e: alg.certification_size(e, p_min, delta) for e in (eps, 0.2, 0.5)}
+    tiny = alg.smallest_certifying_size(p_min, delta)
+    passes = {e: 0 for e in sizes} | {"tiny": 0}
+    runs = 40
+    for _ in range(runs):
+        conf, rob = draw(sizes[eps])
+        for e, n in sizes.items():
+            passes[e] += alg.relative_error(alg.Certificate.fit(conf[:n], rob[:n], p_min, delta), held) <= e
+        passes["tiny"] += alg.relative_error(alg.Certificate.fit(conf[:tiny], rob[:tiny], p_min, delta), held) <= eps
+    assert all(passes[e] == runs for e in sizes)
+    assert passes["tiny"] / runs < 0.8  # the negative control fails the 0.95 bar by a wide margin
+    from models.common.verdicts import clopper_pearson
+
+    assert clopper_pearson(passes["tiny"], runs)[2] < 0.95
+
+
 # ----------------------------------------------------------------------------- oracles
 
 
@@ -199,6 +234,35 @@ def test_ibp_radius_is_sound_on_an_mlp():
     with torch.no_grad():
         probe = net((x[None] + ibp[None, :, None] * corners * (1 - 1e-4)).reshape(-1, 8)).argmax(1).view(400, -1)
     assert torch.all(probe == label[None])
+
+
+def test_strong_attack_upper_bounds_the_exact_radius_and_beats_the_weak_attack():
+    w, b = _linear(d=16, seed=7)
+    net = nn.Sequential(nn.Linear(16, 10)).double()
+    with torch.no_grad():
+        net[0].weight.copy_(w)
+        net[0].bias.copy_(b)
+    x = torch.rand(300, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 0.3
+    exact = alg.linear_radius(w, b, x)
+    weak = alg.pgd_radius(net, x, eps=2.0, alpha=0.05, steps=40)
+    strong = alg.strong_pgd_radius(net, x, eps=2.0, alpha=0.0125, steps=160, restarts=2, seed=0, weak=(0.05, 40))
+    assert torch.all(strong >= exact - 1e-9)  # every radius an attack reports is that of a real adversarial example
+    hit = torch.isfinite(weak) & torch.isfinite(strong)
+    assert hit.float().mean() > 0.9
+    assert torch.all(strong <= weak)  # the ensemble holds the weak configuration: never weaker on any point
+    assert (strong[hit] - exact[hit]).mean() < 0.5 * (weak[hit] - exact[hit]).mean()  # and much closer to exact
+    alone = alg.strong_pgd_radius(net, x, eps=2.0, alpha=0.0125, steps=160, restarts=2, seed=0)
+    assert torch.all(alone >= strong) and torch.all(alone >= exact - 1e-9)
+    # random starts stay inside their box and are reproducible
+    a = alg.pgd_radius(net, x, 2.0, 0.0125, 160, random_start=0.0125, generator=torch.Generator().manual_seed(3))
+    bb = alg.pgd_radius(net, x, 2.0, 0.0125, 160, random_start=0.0125, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(a, bb) and torch.all(a >= exact - 1e-9)
+    torch.manual_seed(0)
+    mlp = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 10))
+    xf = x.float()
+    weak_mlp = alg.pgd_radius(mlp, xf, 2.0, 0.05, 40)
+    strong_mlp = alg.strong_pgd_radius(mlp, xf, 2.0, 0.0125, 160, restarts=2, seed=1, weak=(0.05, 40))
+    assert torch.all(strong_mlp <= weak_mlp) and (strong_mlp < weak_mlp).float().mean() > 0.5
 
 
 def test_affine_layers_rejects_unsupported_modules():
@@ -383,10 +447,11 @@ def test_smoke_pipeline(smoke_run):
     assert "select/mlp_d784_split1/best_epoch" in run.artifacts.summary
     v = metrics.values
     assert not metrics.non_finite()
-    assert v["method/samples"] == 1_205 and v["baseline/samples"] == 24
+    assert v["method/samples"] == 1_205 and v["baseline/samples"] == 24 and v["control/samples"] == 22
     assert v["method/linear_d784/runs"] == 4 and v["method/mlp_pgd/runs"] == 2 and v["method/mlp_ibp/runs"] == 2
-    for setting in ("linear_d196", "linear_d784", "mlp_pgd", "mlp_ibp"):
-        for label in ("method", "baseline"):
+    assert v["method/linear_pgd/runs"] == 2 and v["eps0p4/linear_d784/runs"] == 4
+    for setting in ("linear_d196", "linear_d784", "linear_pgd", "mlp_pgd", "mlp_ibp"):
+        for label in ("method", "baseline", "control"):
             for where in ("", "test_"):
                 assert (
                     0.0
@@ -396,14 +461,20 @@ def test_smoke_pipeline(smoke_run):
                 )
     assert metrics.unit("test_acc_linear_d784", "classifier").as_dict()["split1"] > 0.5
     assert result.sane, result.sanity
-    assert [c.name for c in result.criteria] == ["linear_d196_pass_rate", "linear_d784_pass_rate", "mlp_pgd_pass_rate"]
+    assert [c.name for c in result.criteria] == [
+        "linear_d196_pass_rate",
+        "linear_d784_pass_rate",
+        "linear_pgd_pass_rate",
+        "mlp_pgd_pass_rate",
+        "linear_d784_eps0p4_pass_rate",
+    ]
     rate = result.criterion("linear_d784_pass_rate")  # 2 splits x 2 runs: Clopper-Pearson over 4 trials
     assert (
         rate.n_units == 4 and rate.interval == "clopper-pearson" and rate.estimate == v["method/linear_d784/pass_rate"]
     )
     assert result.figures["linear_d784/runs_needed_to_decide"] == 72  # smoke runs too few to decide: inconclusive
     assert rate.state == "inconclusive"
-    assert len(metrics.figures) == 4 and all(p.is_file() and p.suffix == ".png" for p in metrics.figures)
+    assert len(metrics.figures) == 5 and all(p.is_file() and p.suffix == ".png" for p in metrics.figures)
     model = SPEC.module().load_model(run.cfg, run.artifacts.model_dir)
     assert isinstance(model, nn.Module) and model(torch.rand(3, 784)).shape == (3, 10)
 
@@ -428,79 +499,134 @@ def _results(rel_errors, test_scale=1.0):
     ]
 
 
-def hand_built_metrics(cfg, rel_errors: dict[str, list[float]], accuracy=0.9):
-    """The metrics ``claim`` reads, aggregated by the pipeline's own ``_summarise``; the control has 10x the error."""
+def hand_built_metrics(cfg, rel_errors: dict[str, list[float]], accuracy=0.9, control_error=0.2):
+    """The metrics ``claim`` reads, aggregated by the pipeline's own ``_summarise``: the brief's s // 50 net has 10x
+    the error, the under-sized control ``control_error`` in every run, the sweep arms the eps-net's errors."""
     from models.base import Metrics
     from models.pag_cert import pipeline
 
+    sizes = pipeline.arm_sizes(cfg, pipeline.PRIMARY)
     metrics = Metrics(
         {
-            "method/samples": 14_953.0,
-            "baseline/samples": 299.0,
+            **{f"{arm}/samples": float(size) for arm, (size, _) in sizes.items()},
             "check/linear_flip_errors": 0.0,
             "check/linear_pgd_below_exact": 0.0,
+            "check/linear_strong_below_exact": 0.0,
             "check/linear_ibp_above_exact": 0.0,
             "check/mlp_ibp_above_pgd": 0.0,
+            "check/mlp_strong_above_weak_fraction": 0.0,
+            "check/mlp_strong_below_weak_fraction": 0.3,
+            "check/linear_pgd_over_exact_mean": 0.004,
         }
     )
     for setting, errors in rel_errors.items():
-        arms = {"method": _results(errors), "baseline": _results(np.minimum(np.array(errors) * 10, 1.0))}
-        pipeline._summarise(metrics, setting, arms, cfg)
+        arms = {}
+        for arm in pipeline.arm_sizes(cfg, setting):
+            if arm == "baseline":
+                arms[arm] = _results(np.minimum(np.array(errors) * 10, 1.0))
+            elif arm == "control":
+                arms[arm] = _results([control_error] * len(errors))
+            else:
+                arms[arm] = _results(errors)
+        eps_of = {arm: eps for arm, (_, eps) in pipeline.arm_sizes(cfg, setting).items()}
+        pipeline._summarise(metrics, setting, arms, cfg, eps_of)
     for c in pipeline._classifiers(cfg):
         metrics.add_units(f"test_acc_{c['name']}", "classifier", [accuracy] * cfg.data.n_splits,
                           [f"split{k}" for k in range(cfg.data.n_splits)])  # fmt: skip
     return metrics
 
 
+CRITERIA = [
+    "linear_d196_pass_rate",
+    "linear_d784_pass_rate",
+    "linear_d3136_pass_rate",
+    "linear_pgd_pass_rate",
+    "mlp_pgd_pass_rate",
+    "linear_d784_eps0p1_pass_rate",
+    "linear_d784_eps0p2_pass_rate",
+    "linear_d784_eps0p5_pass_rate",
+]
+
+
+def _all(errors_linear, errors_pgd):
+    return {
+        "linear_d196": errors_linear,
+        "linear_d784": errors_linear,
+        "linear_d3136": errors_linear,
+        "linear_pgd": errors_pgd,
+        "mlp_pgd": errors_pgd,
+    }
+
+
 def test_claim_holds_when_every_one_of_enough_runs_passes():
     cfg = SPEC.make_config("default")
     n_lin, n_mlp = 3 * cfg.sampling.runs_per_split, 3 * cfg.mlp.runs_per_split
     good = [0.002 * (1 + r % 5) for r in range(n_lin)]  # every run <= eps = 0.05
-    errors = {"linear_d196": good, "linear_d784": good, "linear_d3136": good, "mlp_pgd": good[:n_mlp]}
-    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, errors))
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, _all(good, good[:n_mlp])))
     assert result.sane, result.sanity
-    assert [c.name for c in result.criteria] == [
-        "linear_d196_pass_rate",
-        "linear_d784_pass_rate",
-        "linear_d3136_pass_rate",
-        "mlp_pgd_pass_rate",
-    ]
+    assert [c.name for c in result.criteria] == CRITERIA
     rate = result.criterion("linear_d3136_pass_rate")
     assert rate.estimate == 1.0 and rate.n_units == 75 and rate.low == pytest.approx(0.025 ** (1 / 75))
     assert rate.low >= 0.95 and rate.state == "holds" and "211/230" in rate.paper
     assert result.criterion("mlp_pgd_pass_rate").low >= 0.9
+    assert "eps = 0.5" in result.criterion("linear_d784_eps0p5_pass_rate").statement
     assert result.verdict == "holds"
+    # every control (the 12-point net, error 0.2 > eps in every run) fails, so no flag blocks the verdict
+    assert [c.of for c in result.controls] == CRITERIA[:5] and all(
+        c.criterion.state == "fails" for c in result.controls
+    )
+    assert "s = 12" in result.controls[0].broken
     assert result.figures["linear_d784/runs_needed_to_decide"] == 72
-    assert result.figures["control_over_epsnet_median"] == pytest.approx(10.0)
+    assert result.figures["brief_control_over_epsnet_median"] == pytest.approx(10.0)
+
+
+def test_a_control_that_passes_keeps_the_claim_from_holding():
+    cfg = SPEC.make_config("default")
+    good = [0.002] * 75
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, _all(good, good[:39]), control_error=0.01))
+    assert all(c.passes for c in result.controls) and result.verdict == "inconclusive"
+
+
+def test_sweep_points_are_judged_against_their_own_eps():
+    cfg = SPEC.make_config("default")
+    # 0.08 in every run: above the claim's eps = 0.05 but below every sweep eps (0.1, 0.2, 0.5)
+    mid = [0.08] * 75
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, _all(mid, mid[:39])))
+    assert result.criterion("linear_d784_pass_rate").state == "fails"
+    for name in CRITERIA[5:]:
+        assert result.criterion(name).state == "holds", result.criterion(name).describe()
 
 
 def test_claim_is_inconclusive_with_too_few_runs_and_fails_when_runs_fail():
     cfg = SPEC.make_config("default")
     good = [0.01] * 75
     # 20/20 passing runs (the old set-up): the interval [0.83, 1] straddles 0.95, so it stays open
-    few = {"linear_d196": good, "linear_d784": good[:20], "linear_d3136": good, "mlp_pgd": good[:39]}
+    few = {**_all(good, good[:39]), "linear_d784": good[:20]}
     result = SPEC.module().claim(cfg, hand_built_metrics(cfg, few))
     rate = result.criterion("linear_d784_pass_rate")
     assert rate.low == pytest.approx(0.8316, abs=1e-3) and rate.state == "inconclusive"
     assert result.verdict == "inconclusive"
     # 2 of 75 runs above eps at d = 3136: 73/75 = 0.973 but the interval reaches below 0.95
     two_bad = [0.2, 0.2] + good[2:]
-    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {**few, "linear_d784": good, "linear_d3136": two_bad}))
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {**_all(good, good[:39]), "linear_d3136": two_bad}))
     assert result.criterion("linear_d3136_pass_rate").state == "inconclusive"
     # the MLP-PGD certificate failing in 31 of 39 runs: the whole interval is below 0.9
     failing = [0.2] * 31 + [0.01] * 8
-    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {**few, "linear_d784": good, "mlp_pgd": failing}))
+    result = SPEC.module().claim(cfg, hand_built_metrics(cfg, {**_all(good, good[:39]), "mlp_pgd": failing}))
     mlp = result.criterion("mlp_pgd_pass_rate")
     assert mlp.estimate == pytest.approx(8 / 39) and mlp.high < 0.9 and mlp.state == "fails"
     assert result.verdict == "fails"
 
 
-def test_claim_sanity_flags_a_classifier_that_does_not_learn_and_an_undiscriminating_control():
+def test_claim_sanity_flags_a_classifier_that_does_not_learn_an_undiscriminating_control_and_a_weak_attack():
     cfg = SPEC.make_config("default")
     good = [0.01] * 75
-    errors = {"linear_d196": good, "linear_d784": good, "linear_d3136": good, "mlp_pgd": good[:39]}
+    errors = _all(good, good[:39])
     result = SPEC.module().claim(cfg, hand_built_metrics(cfg, errors, accuracy=0.3))
     assert not result.sane and result.sanity["linear_d784_learns_task_>=0.85"] is False
     metrics = hand_built_metrics(cfg, errors)
     metrics.values["baseline/linear_d784/rel_err_median"] = 0.02  # only 2x the eps-net's median
-    assert SPEC.module().claim(cfg, metrics).sanity["control_visibly_worse"] is False
+    assert SPEC.module().claim(cfg, metrics).sanity["brief_control_visibly_worse"] is False
+    metrics = hand_built_metrics(cfg, errors)
+    metrics.values["check/mlp_strong_above_weak_fraction"] = 0.2  # the "strong" oracle finds larger radii
+    assert SPEC.module().claim(cfg, metrics).sanity["strong_attack_not_weaker"] is False
