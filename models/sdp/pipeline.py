@@ -22,8 +22,8 @@ Pipeline: ``prepare`` draws the brief's synthetic reach-and-align demonstrations
 yaw-rotated "upright table" scenes), ``train_so3`` (2000 uniform-SO(3) scenes), ``val_so3`` (128
 held-out SO(3) scenes) and the tests (200 yaw, 200 SO(3)). ``train`` fits four arms, each with the
 same budget, the same lr grid chosen on the first seed's validation success, early stopping on the
-EMA validation loss (best epoch kept) and 3 paired seeds (REVIEW.md's restated check: an equal-data
-comparison the baseline can win): SDP-lite; Diffusion Policy on the same yaw demos with a fresh
+EMA validation loss (best epoch kept) and 3 paired seeds (the restated check of docs/methods/sdp.md: an
+equal-data comparison the baseline can win): SDP-lite; Diffusion Policy on the same yaw demos with a fresh
 uniform SO(3) rotation of every training sample (rotation augmentation; every arm on these demos
 gets the same augmented stream); SDP-lite with flat FiLM (the SFiLM ablation, also augmented); and
 Diffusion Policy trained on the SO(3)-varied scenes. SDP-lite's DDPM loss is invariant under rotating
@@ -66,17 +66,20 @@ Deliberate deviations and choices (all [inferred] in the brief unless stated):
   embedding, observation feature]) on the flattened 10-D actions with a DP3-style PointNet
   (per-point MLP on [p_i, p_i - centroid], max-pool, EE axes appended). Same canonicalisation,
   normaliser, diffusion, optimiser, steps, batch and seed as SDP-lite.
-* Sizes for the CPU budget (the default takes ~180 s of one core, twice the project's 90 s, which
-  the issue allows for sdp: 4 arms x (2 lr grid points + 2 more seeds) = 16 fits): horizon 8 (SDP:
+* Sizes for the CPU budget (docs/methods/sdp.md; the default may take up to 10 minutes of one core:
+  4 arms x (3 lr grid points + 2 more seeds) + 3 placebo fits = 23 fits): horizon 8 (SDP:
   16) and a single-level U-net, fields (16,) for SDP-lite (4 coefficients each) and channels (64,)
   for the baseline (SDP: [200, 400, 800], two residual blocks per level), which halves the cost of
   an optimiser step (SDP-lite 26 ms, DP 22 ms at batch 128 on one core; the grouped irreps
-  convolution is computed as two plain ones, 2x faster on CPU); at most 320 AdamW steps at batch 128
-  (SDP: ~50k at batch 32), lr grid (1e-3, 3e-3), 30 warm-up steps then cosine, EMA power 0.75 (max
+  convolution is computed as two plain ones, 2x faster on CPU); at most 440 AdamW steps at batch 128
+  (SDP: ~50k at batch 32), lr grid (1e-3, 3e-3, 1e-2), 30 warm-up steps then cosine, EMA power 0.75 (max
   0.9999) as SDP; evaluation uses the EMA weights. This is far from convergence for every arm:
   the non-equivariant baseline must learn the SO(3) symmetry from data, which needs many more steps
   (a pilot: 800 steps x 128 left it at 0.08 SO(3) success); the ``learns_task`` must-pass says so when
-  it has not, and the ``paper`` scale (50k steps, horizon 16, wider nets) is the real comparison.
+  it has not, and the ``paper`` scale (50k steps, horizon 16, wider nets) is the deciding one. The
+  earlier sizes (horizon 16, SDP-lite fields (32, 64), DP channels (64, 128)) cost 285 / 147 ms per
+  step; trained to a plateau (>= 2000 steps) for all 23 fits they would need ~2.5 h of one core, so the
+  default is labelled budget-limited (the claim's ``explained``) rather than run at them.
 * The SFiLM -> flattened-FiLM ablation runs at every scale (it is part of the restated claim).
 * Diffusion: DDPM, 100 train steps, squaredcos_cap_v2, epsilon prediction as SDP; DDIM with 16
   steps at inference (SDP's DDPM config samples 100) with diffusers' "leading" spacing (0, 6, ...,
@@ -498,7 +501,7 @@ def rollout_panels(cfg: Config, tests: dict, norm: Normaliser, model_dir: Path) 
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """REVIEW.md's restated check: equal-data comparisons the baseline can win. Every arm sees the same
+    """The restated check (docs/methods/sdp.md): equal-data comparisons the baseline can win. Every arm sees the same
     demonstrations, budget, lr grid (chosen on SO(3) validation scenes) and early stopping; the unit is
     the training seed (same initial draw per policy kind, batches, rotations and sampling noise)."""
     v = metrics.values
@@ -611,8 +614,20 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         f"< {ec.success_deg:g} deg; a baseline learns the task when its validation success >= the blind policy's "
         f"+ {ec.learns_task_margin:g}"
     )
-    if cfg.scale != Scale.default:
-        notes += "; the claim is only meaningful at the default scale"
+    explained = {}
+    if cfg.scale != Scale.paper:
+        # Measured (docs/methods/sdp.md): a plateau needs >= 2000 steps per fit at the paper's horizon 16 and the
+        # earlier net sizes (285 / 147 ms per step for SDP-lite / DP on one core), 23 fits: ~2.5 h of one core.
+        budget = (
+            f"budget-limited: decided at `paper` scale. At {cfg.scale.value} every fit stops at its cap of "
+            f"{cfg.train.steps} steps (23 fits in the 10-minute budget; a plateau needs >= 2000 steps per fit, "
+            "about 2.5 h of one core at the paper's horizon and the earlier net sizes)"
+        )
+        explained["still_improving"] = budget
+        # The placebo is the augmented baseline on other seeds: with both at the floor of success it can be neither
+        # refuted nor confirmed; it decides once the baseline learns the task (the same budget limit).
+        explained["control_inconclusive"] = budget + "; the placebo and the baseline both sit near zero success"
+        notes += f"; {budget}: the baselines-learn must-pass is expected to fail here"
     return ClaimResult(
         statement + f" (equivariance error < {ec.equivariance_tol:g} must pass)",
         criteria,
@@ -621,6 +636,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         notes,
         controls,
         separations,
+        explained,
     )
 
 

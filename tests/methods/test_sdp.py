@@ -605,3 +605,20 @@ def test_robomimic_hdf5_file_round_trip(tmp_path):
     out = load_robomimic_hdf5(path, horizon=3)
     assert out["points"].shape == (T, 5, 3) and out["actions"].shape == (T, 3, 10)
     assert np.allclose(out["actions"][0, :, 3:6], R_act[:3, :, 0], atol=1e-6)
+
+
+def test_default_verdict_is_labelled_budget_limited_and_the_paper_scale_is_not():
+    """Below the paper scale the fits cannot reach a plateau (docs/methods/sdp.md): the claim explains the
+    still-improving and undecided-placebo flags as budget-limited; at the paper scale it explains nothing."""
+    from models.base import Flag
+    from models.sdp.pipeline import claim
+    from tasks.diagnostics import _explanation
+
+    seeds = [(0.9, 0.88), (0.85, 0.86), (0.92, 0.9)]
+    success = {"method": seeds, "baseline": seeds, "method_film": seeds, "baseline_so3": seeds}
+    default = claim(SPEC.make_config("default"), _claim_metrics(success))
+    improving = Flag("budget", "still_improving", "baseline", "baseline still improving", "")
+    assert _explanation(default, improving).startswith("budget-limited: decided at `paper` scale")
+    assert "budget-limited" in default.notes
+    paper = claim(SPEC.make_config("paper"), _claim_metrics(success))
+    assert paper.explained == {} and _explanation(paper, improving) == ""
