@@ -203,6 +203,16 @@ def selfref_data(
     return recs, answers, suffixes, weights
 
 
+def shuffled_selfref_data(
+    selfref: tuple, rng: np.random.Generator
+) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
+    """The Self-REF mixture with its <CN>/<UN> suffixes permuted across the samples (the negative control):
+    the same items, answers, label counts and masking, but a label that says nothing about correctness."""
+    recs, answers, suffixes, weights = selfref
+    order = rng.permutation(len(suffixes))
+    return recs, answers, [suffixes[i] for i in order], weights
+
+
 def finetuned_logits_data(
     records: list[dict], base: Answers, selfref: tuple
 ) -> tuple[list[dict], list[str], list[list[str]], list[float]]:
@@ -293,4 +303,6 @@ def confidence_sources(answers: dict[str, Answers], rng: np.random.Generator) ->
     }
     if "verbalized" in answers:
         out["verbalized"] = (fill(answers["verbalized"].verbal), answers["verbalized"])
+    if "selfref_shuffled" in answers:  # the negative control: Self-REF trained on shuffled <CN>/<UN> labels
+        out["control_shuffled"] = (fill(answers["selfref_shuffled"].selfref), answers["selfref_shuffled"])
     return out

@@ -119,3 +119,37 @@ def scored_logits(model: TinyLM, ids: torch.Tensor, scored: torch.Tensor) -> tor
     x = x[scored] + last.attn.c_proj(y[scored])
     x = x + last.mlp(last.ln_2(x))
     return model.logits(model.ln_f(x))
+
+
+# ----------------------------------------------------------------------------- several base models at once
+
+
+def grouped_logits(params: dict[str, torch.Tensor], ids: torch.Tensor, config) -> torch.Tensor:
+    """``TinyLM(config)``'s forward pass for S models at once: ``params`` are their weights stacked on a leading
+    seed dimension (``torch.func.stack_module_state``), ``ids`` (S, B, T) each model's own batch; returns
+    (S, B, T, vocab) logits. The linear layers are batched matmuls over the seeds and attention runs on the
+    seeds x batch rows together, so S small models cost about one pass of S x B rows (vmap has no batching
+    rule for CPU attention and would loop)."""
+    S, B, T = ids.shape
+    C, H = config.n_embd, config.n_head
+
+    def linear(x: torch.Tensor, name: str) -> torch.Tensor:  # x (S, N, in) -> (S, N, out)
+        return torch.baddbmm(params[f"{name}.bias"][:, None, :], x, params[f"{name}.weight"].transpose(1, 2))
+
+    def layer_norm(x: torch.Tensor, name: str) -> torch.Tensor:
+        x = F.layer_norm(x, (C,), eps=config.layer_norm_epsilon)
+        return x * params[f"{name}.weight"][:, None, :] + params[f"{name}.bias"][:, None, :]
+
+    act = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}[config.activation_function]
+    seed_rows = torch.arange(S)[:, None, None]
+    x = params["wte.weight"][seed_rows, ids] + params["wpe.weight"][:, None, :T, :]  # (S, B, T, C)
+    x = x.reshape(S, B * T, C)
+    for i in range(config.n_layer):
+        h = f"h.{i}"
+        q, k, v = linear(layer_norm(x, f"{h}.ln_1"), f"{h}.attn.c_attn").split(C, dim=2)
+        q, k, v = (t.reshape(S * B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(S, B * T, C)
+        x = x + linear(y, f"{h}.attn.c_proj")
+        x = x + linear(F.gelu(linear(layer_norm(x, f"{h}.ln_2"), f"{h}.mlp.c_fc"), approximate=act), f"{h}.mlp.c_proj")
+    x = layer_norm(x, "ln_f")
+    return torch.bmm(x, params["wte.weight"].transpose(1, 2)).reshape(S, B, T, -1)

@@ -84,17 +84,21 @@ import numpy as np
 
 from models.base import (
     ClaimResult,
+    Control,
     DatasetRef,
     Metrics,
     Scale,
+    Separation,
     TrainedArtifacts,
     dataset_meta,
     user_data_path,
     write_manifest,
 )
 from models.common import verdicts as V
+from models.common.evidence import record_fit
 from models.common.selection import grid, select_on_validation
 from models.common.tiny_lm import TinyLM, Tokenizer, load_pretrained, load_tokenizer, n_parameters, save_pretrained
+from models.common.units import unit_labels
 
 from . import plots
 from .algorithm import (
@@ -107,6 +111,7 @@ from .algorithm import (
     random_routing_sd,
     routing_curve,
     selfref_data,
+    shuffled_selfref_data,
     trapezoid,
     verbalized_data,
 )
@@ -173,7 +178,11 @@ FINETUNED = {  # variant -> (new tokens, tokens whose embedding rows train, data
     "selfref": ((CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), None, True),
     "finetuned_logits": ((), (), finetuned_logits_data, False),
     "verbalized": ((), (";",), verbalized_data, True),  # ';' never appears in pretraining: its row is learned
+    # The negative control: Self-REF on its own mixture with the <CN>/<UN> labels shuffled (shuffled_selfref_data).
+    "selfref_shuffled": ((CONFIDENT, UNCONFIDENT), (CONFIDENT, UNCONFIDENT), None, True),
 }
+CONTROL, CONTROL_SEED_OFFSET = "selfref_shuffled", 1000
+BASE_MODEL = "base_model"  # the pretrained small LM, as the diagnostics name its fit
 # The V confidence each arm is selected on (the claim's AUROC, on validation).
 SELECTION_SCORE = {"selfref": "selfref", "finetuned_logits": "prob_product", "verbalized": "verbal"}
 MAX_ACCURACY_CHANGE = 0.01  # the brief's "accuracy preserved within 1 pt", for the arms that distil their answers
@@ -181,6 +190,14 @@ MAX_ACCURACY_CHANGE = 0.01  # the brief's "accuracy preserved within 1 pt", for 
 
 def variants(cfg: Config) -> list[str]:
     return [v for v in FINETUNED if v != "verbalized" or cfg.verbalized]
+
+
+def record_pretraining(records: list[dict]) -> None:
+    """Hand the base model's pretraining (a fixed schedule, deliberately overfit) to the verdict diagnostics:
+    its best split-V loss among the validation checks, of how many."""
+    losses = [r["val/loss"] for r in records if "val/loss" in r]
+    if losses:
+        record_fit(BASE_MODEL, "", int(np.argmin(losses)), len(losses), False, None)
 
 
 def validation_score(name: str, answers: Answers, base_v: Answers) -> float:
@@ -204,17 +221,22 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
     )
     history: dict[str, list] = {"pretraining": json.loads(data.file("pretraining.json").read_text())}
     summary = {"base/acc_split_B": float(base_b.correct.mean()), "base/acc_split_V": float(base_v.correct.mean())}
+    record_pretraining(history["pretraining"])
     chosen_lr: dict[str, float] = {}
-    for k in range(cfg.n_seeds):
+    for k, unit in enumerate(unit_labels("seed", cfg.n_seeds)):
         seed = cfg.seed + k
         mix = selfref_data(tok, splits["B"], base_b, cfg, np.random.default_rng(seed))
         mix_val = selfref_data(tok, splits["V"], base_v, cfg, np.random.default_rng(seed))
         summary[f"selfref/n_cn_seed{k}"] = float(sum(s == [CONFIDENT] for s in mix[2]))
         summary[f"selfref/n_un_seed{k}"] = float(sum(s == [UNCONFIDENT] for s in mix[2]))
-        for name in variants(cfg):
+        for name in (*variants(cfg), CONTROL):
             new_tokens, trainable, builder, distill = FINETUNED[name]
-            train_set = mix if builder is None else builder(splits["B"], base_b, mix)
-            val_set = mix_val if builder is None else builder(splits["V"], base_v, mix_val)
+            if name == CONTROL:  # the same mixture, its labels permuted (a stream of its own per seed)
+                shuffle = np.random.default_rng(seed + CONTROL_SEED_OFFSET)
+                train_set, val_set = shuffled_selfref_data(mix, shuffle), shuffled_selfref_data(mix_val, shuffle)
+            else:
+                train_set = mix if builder is None else builder(splits["B"], base_b, mix)
+                val_set = mix_val if builder is None else builder(splits["V"], base_v, mix_val)
             # The arm's tensors (and the base model's soft targets) do not depend on the learning rate: built once.
             examples = arm_examples(
                 base, tok.with_tokens(new_tokens), train_set, val_set, distill and not cfg.cn_answer_loss
@@ -231,18 +253,23 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
                     name, answer_questions(fitted[0], fitted[1], splits["V"], reverse), base_v
                 ), fitted
 
-            if k == 0:  # the learning rate is chosen on V with the first seed and kept for the others
+            if name == CONTROL:  # at the method's chosen learning rate and budget; scored, never compared
+                model, tok_v, records, best = fit_arm(chosen_lr["selfref"])
+            elif k == 0:  # the learning rate is chosen on V with the first seed and kept for the others
                 selection, (model, tok_v, records, best) = select_on_validation(
-                    name, grid(lr=cfg.lr_grid), fit_and_score, metric="auroc"
+                    name, grid(lr=cfg.lr_grid), fit_and_score, metric="auroc", unit=unit
                 )
                 chosen_lr[name] = selection.chosen["lr"]
                 summary.update(selection.summary())
                 for row in selection.table:
                     summary[f"select/{name}/lr{row['lr']:g}/val_auroc"] = float(row["val_auroc"])
                 print(f"  selected {selection.describe()}", flush=True)
+                best.record(name, unit)  # the chosen point's fit on the first seed is a compared one
             else:  # no selection left to make: the V answers are read in evaluate
                 model, tok_v, records, best = fit_arm(chosen_lr[name])
-            summary.update({f"select/{name}/seed{k}/{key}": value for key, value in best.items()})
+                best.record(name, unit)
+            summary[f"select/{name}/{unit}/best_epoch"] = float(best.best_epoch)
+            summary[f"select/{name}/{unit}/epochs_trained"] = float(best.epochs_seen)
             save_pretrained(model, out_dir / f"{name}_seed{k}", tok_v)
             history[name if k == 0 else f"{name}_seed{k}"] = records
     return TrainedArtifacts(out_dir, history, summary)
@@ -320,19 +347,21 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
     per_seed = []
     for k in range(cfg.n_seeds):
         models = {}
-        for name in variants(cfg):
+        for name in (*variants(cfg), CONTROL):
             folder = model_dir / f"{name}_seed{k}"
             models[name] = (load_pretrained(folder), load_tokenizer(folder))
         per_seed.append(evaluate_seed(cfg, splits, base, models, cfg.seed + k))
-    values: dict[str, float] = {}
+    metrics = Metrics({}, [])
+    values = metrics.values
+    labels = unit_labels("seed", cfg.n_seeds)
     for name in per_seed[0]["values"]:
         for key in per_seed[0]["values"][name]:
             series = [s["values"][name][key] for s in per_seed]
             values[f"{name}/{key}"] = float(np.mean(series))
             if key in ("auroc", "routing_auc", "answer_acc"):
                 values[f"{name}/{key}_seed_std"] = float(np.std(series))
-                for k, x in enumerate(series):  # the claim's paired units: every source scored on seed k's test answers
-                    values[f"{name}/seed{k}/{key}"] = float(x)
+                # the claim's paired units: every source scored on seed k's test answers
+                metrics.add_units(key, name, series, labels)
     values["large/answer_acc"] = float(np.mean([s["large_acc"] for s in per_seed]))
     values["base/unanswerable_acc"] = float(np.mean([s["unanswerable_small_acc"] for s in per_seed]))
     values["random/max_deviation_from_line"] = float(max(s["random_deviation"] for s in per_seed))
@@ -350,7 +379,8 @@ def evaluate(cfg: Config, data: DatasetRef, artifacts: TrainedArtifacts, out_dir
         plots.plot_training(artifacts.history, plot_dir / "training_curves.png"),
         plots.plot_selection(artifacts.summary, plot_dir / "lr_selection.png"),
     ]
-    return Metrics(values, figures)
+    metrics.figures = figures
+    return metrics
 
 
 # ----------------------------------------------------------------------------- claim
@@ -372,28 +402,60 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "abstain_unanswerable_token_prob": v["baseline/abstain_unanswerable"],
     }
 
-    def per_seed(name: str, key: str) -> list[float]:
-        return [v[f"{name}/seed{k}/{key}"] for k in range(cfg.n_seeds)]
-
     units = "paired fine-tuning seeds (each scored on split C)"
+    covers = ("fine-tuning seed (adapter init, batch order, <UN> subsample)",)
+    not_covered = ("pre-training seed (the base model: one draw shared by every unit)",)
+    auroc, routing = metrics.paired("auroc", "method", "baseline"), metrics.paired("routing_auc", "method", "baseline")
     criteria = [
         V.difference_criterion(
             "auroc_gain",
             "Self-REF minus answer-token-probability AUROC for correctness",
-            per_seed("method", "auroc"),
-            per_seed("baseline", "auroc"),
+            auroc["method"],
+            auroc["baseline"],
             0.03,
             ">=",
             units=units,
+            covers=covers,
+            not_covered=not_covered,
         ),
         V.difference_criterion(
             "routing_auc_gain",
             "Self-REF minus token-probability area under accuracy vs routing rate",
-            per_seed("method", "routing_auc"),
-            per_seed("baseline", "routing_auc"),
+            routing["method"],
+            routing["baseline"],
             0.0,
             ">=",
             units=units,
+            covers=covers,
+            not_covered=not_covered,
+        ),
+    ]
+    placebo = metrics.paired("auroc", "control_shuffled", "baseline")
+    controls = [
+        Control(
+            "auroc_gain",
+            "Self-REF fine-tuned on its own mixture with the <CN>/<UN> labels shuffled across samples "
+            "(same items, label counts, adapter, learning rate and budget; no correctness information)",
+            V.difference_criterion(
+                "auroc_gain",
+                "shuffled-label Self-REF minus answer-token-probability AUROC for correctness",
+                placebo["control_shuffled"],
+                placebo["baseline"],
+                0.03,
+                ">=",
+                units=units,
+                covers=covers,
+                not_covered=not_covered,
+            ),
+        )
+    ]
+    compared = ("method", "baseline")
+    separations = [
+        Separation("AUROC for correctness", {a: v[f"{a}/auroc"] for a in compared}, floor=0.5, ceiling=1.0),
+        Separation(
+            "area under accuracy vs routing rate",
+            {a: v[f"{a}/routing_auc"] for a in compared},
+            floor=v["random/routing_auc"],
         ),
     ]
     sanity = {
@@ -411,9 +473,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
     )
     notes = (
         f"AUROC: Self-REF {v['method/auroc']:.3f}, token prob {v['baseline/auroc']:.3f} (mean {v['baseline_mean/auroc']:.3f}), "
-        f"fine-tuned logits {v['finetuned_logits/auroc']:.3f}"
+        f"fine-tuned logits {v['finetuned_logits/auroc']:.3f}, shuffled-label control {v['control_shuffled/auroc']:.3f}"
         + (f", verbalised {v['verbalized/auroc']:.3f}" if "verbalized/auroc" in v else "")
         + f"; routing area: {v['method/routing_auc']:.3f} vs {v['baseline/routing_auc']:.3f} (random {v['random/routing_auc']:.3f}); "
         f"accuracy small {v['baseline/answer_acc']:.3f} -> Self-REF {v['method/answer_acc']:.3f}, large {v['large/answer_acc']:.3f}."
     )
-    return ClaimResult(statement, criteria, sanity, figures, notes)
+    return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

@@ -15,6 +15,7 @@ LABELS = {
     "finetuned_logits": "fine-tuned logits",
     "verbalized": "verbalised digit",
     "random": "random",
+    "control_shuffled": "control: shuffled <CN>/<UN>",
 }
 COLORS = {
     "method": "tab:red",
@@ -23,6 +24,7 @@ COLORS = {
     "finetuned_logits": "tab:green",
     "verbalized": "tab:orange",
     "random": "tab:gray",
+    "control_shuffled": "tab:purple",
 }
 
 

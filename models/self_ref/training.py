@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import torch
 
 from models.common.lightning import fit
-from models.common.selection import early_stopping_callbacks
+from models.common.selection import BestWeights, early_stopping_callbacks
 from models.common.tiny_lm import LanguageModelling, LMConfig, TinyLM, Tokenizer
 
 from .algorithm import lm_examples
 from .config import Config
-from .networks import merge_adapters, scored_logits, with_adapters
+from .networks import grouped_logits, merge_adapters, scored_logits, with_adapters
 
 SELECTION_LOSS = "val/loss"  # early stopping of every fine-tuned arm: its own objective on split V
 VAL_BATCH = 1024
@@ -169,13 +169,14 @@ def finetune(
     lr: float,
     seed: int,
     variant: str,
-) -> tuple[TinyLM, Tokenizer, list, dict[str, float]]:
+) -> tuple[TinyLM, Tokenizer, list, BestWeights]:
     """One arm's fine-tuning with the shared adapter (``networks.with_adapters``), early-stopped on its split-V
     loss with ``cfg.patience`` and ended on the best epoch's weights.
 
     When ``examples`` carry the base model's soft targets, the answer positions are matched to them, which
     keeps the answers (and the new tokens' absence from them) as they were. Returns the merged model,
-    its tokeniser, the learning curve and the best-epoch summary."""
+    its tokeniser, the learning curve and the fit's ``BestWeights`` (best epoch, epochs run; ``record`` it when
+    the fit is a compared one)."""
     torch.manual_seed(seed)
     model, tok, params, grad_masks = with_adapters(base, tok, new_tokens, trainable_tokens, cfg, seed)
     loader = TensorBatches(examples.train, cfg.batch_size, torch.Generator().manual_seed(seed))
@@ -190,6 +191,79 @@ def finetune(
         variant=variant,
         callbacks=callbacks,
     )
-    best = callbacks[-1]
-    summary = {"best_epoch": float(best.best_epoch), "epochs_trained": float(best.epochs_seen)}
-    return merge_adapters(model).eval(), tok, history, summary
+    return merge_adapters(model).eval(), tok, history, callbacks[-1]
+
+
+# ----------------------------------------------------------------------------- batched pretraining (issue 36)
+
+
+def _token_losses(params: dict, ids: torch.Tensor, weights: torch.Tensor, config: LMConfig) -> torch.Tensor:
+    """``LanguageModelling``'s loss (token-weighted next-token cross-entropy) of each of S stacked models on its
+    own batch (``ids``, ``weights``: (S, B, T)); an (S,) tensor."""
+    logits = grouped_logits(params, ids[:, :, :-1], config)
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, :, 1:, None])[..., 0]
+    w = weights[:, :, 1:].to(logp.dtype)
+    return -(logp * w).sum((1, 2)) / w.sum((1, 2)).clamp(min=1e-8)
+
+
+def pretrain_small_lms(
+    cfg: Config, tok: Tokenizer, train: list[dict], val: list[dict], seeds: list[int]
+) -> tuple[list[TinyLM], list[list[dict]]]:
+    """``pretrain_small_lm`` for every seed in ``seeds`` at once, the seeds a batch dimension.
+
+    Each seed keeps what it has alone: its initial weights (``torch.manual_seed(seed)`` before the model is
+    built), its batch order (a ``TensorBatches`` with its own generator) and its AdamW state (AdamW acts
+    elementwise and the summed loss gives each seed's weights their own gradient, so one optimiser over the
+    stacked weights is one per seed). The forward pass is ``networks.grouped_logits``: batched matmuls over the
+    stacked weights and the seeds' batches. A fixed schedule (no early stopping), as in ``pretrain_small_lm``; the result equals it to
+    float tolerance (``test_batched_pretraining_equals_one_at_a_time``). Returns the models and their curves."""
+    from torch.func import stack_module_state
+
+    from models.common.runtime import dry_run
+
+    d = cfg.data
+    lm_config = LMConfig(
+        vocab_size=len(tok), n_positions=24, n_embd=d.lm.n_embd, n_layer=d.lm.n_layer, n_head=d.lm.n_head
+    )
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(TinyLM(lm_config))
+    params, _ = stack_module_state(models)
+    optimiser = torch.optim.AdamW(list(params.values()), lr=d.pretrain_lr, weight_decay=0.0)
+    ids, weights, _ = lm_examples(tok, train, reverse=d.reverse_answers)
+    val_ids, val_weights, _ = lm_examples(tok, val, reverse=d.reverse_answers)
+    loaders = [TensorBatches((ids, weights), d.pretrain_batch, torch.Generator().manual_seed(s)) for s in seeds]
+    every = max(1, d.pretrain_epochs // 15)  # pretrain_small_lm's validation interval
+    epochs, steps = (1, 2) if dry_run() else (d.pretrain_epochs, None)
+    curves: list[list[dict]] = [[] for _ in seeds]
+    step = 0
+    for epoch in range(epochs):
+        total, count = torch.zeros(len(seeds)), 0
+        for batches in zip(*loaders):  # the same number of batches (and batch sizes) for every seed
+            b_ids, b_weights = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])
+            losses = _token_losses(params, b_ids, b_weights, lm_config)
+            optimiser.zero_grad(set_to_none=True)
+            losses.sum().backward()
+            optimiser.step()
+            total += losses.detach() * len(b_ids[0])
+            count += len(b_ids[0])
+            step += 1
+            if steps is not None and step >= steps:
+                break
+        record_val = (epoch + 1) % every == 0 or epoch == epochs - 1
+        if record_val:
+            with torch.no_grad():
+                S = len(seeds)
+                val_loss = _token_losses(
+                    params, val_ids.expand(S, *val_ids.shape), val_weights.expand(S, *val_weights.shape), lm_config
+                )
+        for k in range(len(seeds)):
+            record = {"epoch": float(epoch), "train/loss": float(total[k] / max(count, 1))}
+            if record_val:
+                record["val/loss"] = float(val_loss[k])
+            curves[k].append(record)
+    with torch.no_grad():
+        for k, model in enumerate(models):
+            model.load_state_dict({name: p[k].detach().clone() for name, p in params.items()}, strict=False)
+    return [m.eval() for m in models], curves

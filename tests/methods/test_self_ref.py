@@ -528,7 +528,7 @@ def test_smoke_pipeline(smoke_run):
     assert {"small_lm/config.json", "small_lm/model.safetensors", "small_lm/vocab.json", "questions.jsonl"} <= set(
         ref.files
     )
-    assert {"selfref", "finetuned_logits"} <= artifacts.history.keys()
+    assert {"selfref", "finetuned_logits", P.CONTROL} <= artifacts.history.keys()
     assert (
         artifacts.summary["select/selfref/lr"] in cfg.lr_grid and "select/selfref/seed0/best_epoch" in artifacts.summary
     )
@@ -539,6 +539,7 @@ def test_smoke_pipeline(smoke_run):
     assert claim.sane, claim.sanity
     assert {"auroc_gain", "routing_auc_selfref", "routing_auc_token_prob"} <= claim.figures.keys()
     assert [c.name for c in claim.criteria] == ["auroc_gain", "routing_auc_gain"]
+    assert [c.of for c in claim.controls] == ["auroc_gain"] and 0 <= v["control_shuffled/auroc"] <= 1
     assert claim.criterion("auroc_gain").estimate == pytest.approx(v["method/auroc"] - v["baseline/auroc"])
     assert claim.criterion("auroc_gain").n_units == cfg.n_seeds == 1 and claim.verdict in ("inconclusive", "fails")
     assert ref.source == "synthetic" and "synthetic arithmetic" in ref.provenance
@@ -570,16 +571,20 @@ def _claim_metrics(method_auroc, baseline_auroc, method_routing, baseline_routin
         "random/deviation_tolerance": 0.01,
         "baseline_mean/auroc": 0.78,
         "finetuned_logits/auroc": 0.79,
+        "control_shuffled/auroc": 0.70,
     }
+    metrics = Metrics(v, [])
+    labels = [f"seed{k}" for k in range(len(method_auroc))]
     for name, key, series in (
         ("method", "auroc", method_auroc),
         ("baseline", "auroc", baseline_auroc),
+        ("control_shuffled", "auroc", [0.70] * len(method_auroc)),  # the shuffled-label control: no gain
         ("method", "routing_auc", method_routing),
         ("baseline", "routing_auc", baseline_routing),
     ):
         v[f"{name}/{key}"] = float(np.mean(series))
-        v.update({f"{name}/seed{k}/{key}": x for k, x in enumerate(series)})
-    return Metrics(v)
+        metrics.add_units(key, name, series, labels)
+    return metrics
 
 
 def test_claim_intervals_over_paired_fine_tuning_seeds():
