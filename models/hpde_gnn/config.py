@@ -64,8 +64,10 @@ class DataConfig(StrictModel):
     # "real": the claim is judged on the benchmark graphs (the CSBM sweep is a secondary figure);
     # "synthetic": on the CSBM levels alone (no real data read).
     source: Literal["real", "synthetic"] = "real"
-    graphs: tuple[GraphName, ...] = ("cora", "chameleon_filtered", "texas", "cornell", "wisconsin")
-    splits: int = Field(3, ge=1, le=10)  # paired units per graph; split s also seeds every arm's initialisation
+    # The graphs that separate the arms (docs/methods/hpde_gnn.md: Cora and de-duplicated Chameleon separated no arm
+    # in the earlier default, and cost ~3/4 of it); every graph at paper scale.
+    graphs: tuple[GraphName, ...] = ("texas", "cornell", "wisconsin")
+    splits: int = Field(10, ge=1, le=10)  # paired units per graph; split s also seeds every arm's initialisation
     # "random": seeded 60/20/20 splits for every graph (the ChebNetII protocol behind the paper's numbers);
     # "geom_gcn": the 10 splits the heterophilous files carry (48/32/20), random 60/20/20 for Cora/Citeseer.
     split_protocol: Literal["random", "geom_gcn"] = "random"
@@ -120,6 +122,8 @@ class Config(MethodConfig):
             "hidden": 16,
             "lr_grid": (0.05,),
             "dropout_grid": (0.5,),
+            "gpr_alpha_grid": (0.1,),
+            "select_splits": 1,
             "max_epochs": 30,
             "patience": 10,
             "regression_epochs": 20,
@@ -146,7 +150,9 @@ class Config(MethodConfig):
             "data.images": 50,
             "wave_baseline": True,
             "hidden": 64,
-            "lr_grid": (0.001, 0.005, 0.01, 0.05),
+            "lr_grid": (0.001, 0.003, 0.01, 0.03, 0.1),
+            "gpr_alpha_grid": (0.1, 0.2, 0.5, 0.9, 1.0),
+            "select_splits": 10,
             "dropout_grid": (0.2, 0.4, 0.6, 0.8),
             "max_epochs": 1000,
             "patience": 200,
@@ -161,7 +167,15 @@ class Config(MethodConfig):
 
     # Base spectral GNN: MLP -> dropout(dprate) -> polynomial filter of order base_order (BernNet/ChebNetII layout).
     base_order: int = Field(10, ge=1, le=30)
-    gpr_alpha: float = Field(0.1, gt=0, lt=1)  # GPR-GNN's PPR initialisation
+    # GPR-GNN's PPR initialisation gamma_k = alpha (1 - alpha)^k, searched per dataset as its paper does (alpha = 1
+    # starts at the identity filter, i.e. at the MLP; 0 at the pure K-hop filter); the PDE-GPR steps start there too.
+    gpr_alpha_grid: tuple[Unit, ...] = (0.1, 0.5, 1.0)
+    gpr_alpha: float = Field(0.1, gt=0, lt=1)  # the filter-regression figure's GPR initialisation only
+    # The filter coefficients' own Adam lr, as BernNet (Bern_lr) and ChebNetII (prop_lr) train them (their papers'
+    # defaults); GPR-GNN trains its coefficients at the feature lr. No weight decay on the coefficients (all three).
+    bern_prop_lr: LearningRate = 0.01
+    chebii_prop_lr: LearningRate = 0.01
+    prop_weight_decay: float = Field(0.0, ge=0, le=1)
     dprate: float = Field(0.5, ge=0, lt=1)
 
     # Hyperbolic-PDE variant: leapfrog over n = ceil(T / dt) steps, each with its own order-pde_order filter.
@@ -172,11 +186,15 @@ class Config(MethodConfig):
     hidden: int = Field(16, ge=1, le=1000)
     # Every arm (MLP, each base filter, each PDE version) gets this grid, chosen per arm and graph on the mean
     # validation accuracy over the splits; Adam with weight decay, full batch.
-    lr_grid: tuple[LearningRate, ...] = (0.01, 0.05)
+    lr_grid: tuple[LearningRate, ...] = (0.003, 0.01, 0.03, 0.1)
     dropout_grid: tuple[DropoutRate, ...] = (0.5,)
     weight_decay: float = Field(5e-4, ge=0, le=1)
-    max_epochs: int = Field(300, ge=1, le=10_000)
-    patience: int = Field(50, ge=1, le=10_000)  # epochs without a lower validation loss before a run stops
+    # The spectral-GNN papers' protocol: up to 1000 epochs, stop after 200 without a lower validation loss.
+    max_epochs: int = Field(1000, ge=1, le=10_000)
+    patience: int = Field(200, ge=1, le=10_000)  # epochs without a lower validation loss before a run stops
+    # The grid is searched on each graph's first select_splits splits (mean validation accuracy over them); the
+    # chosen point then trains on the other splits. At paper scale every split searches.
+    select_splits: int = Field(3, ge=1, le=10)
 
     regression_epochs: int = Field(200, ge=1, le=20_000)  # a secondary figure: 200 at default for budget
     regression_lr: float = Field(0.01, gt=0, le=10)  # BernNet's; it trains 2000 epochs (paper scale)
@@ -187,7 +205,11 @@ class Config(MethodConfig):
     def _check(self) -> Config:
         if not self.filters or len(set(self.filters)) != len(self.filters):
             raise ValueError(f"filters {self.filters}: at least one, no repeats")
-        for name, grid in (("lr_grid", self.lr_grid), ("dropout_grid", self.dropout_grid)):
+        for name, grid in (
+            ("lr_grid", self.lr_grid),
+            ("dropout_grid", self.dropout_grid),
+            ("gpr_alpha_grid", self.gpr_alpha_grid),
+        ):
             if not grid or len(set(grid)) != len(grid):
                 raise ValueError(f"{name} {grid}: at least one value, no repeats")
         return self

@@ -154,9 +154,9 @@ class SparseFeatures:
             )  # fmt: skip
         return self._stacks[members]
 
-    def matmul(self, weight: Tensor, p: Rate, training: bool) -> Tensor:
+    def matmul(self, weight: Tensor, p: Rate, training: bool, uniform: Tensor | None = None) -> Tensor:
         """(nodes, members, out) = dropout_p(X) @ weight[s] for every member s of ``weight`` (members, in, out);
-        ``p`` is one rate or one per member."""
+        ``p`` is one rate or one per member; ``uniform`` (members, nnz) the members' own draws for the mask."""
         members, _, out = weight.shape
         if not training and not (torch.is_grad_enabled() and weight.requires_grad):
             # No dropout: every member sees the same X, so one product with the side-by-side weights [W_1 .. W_S]
@@ -166,7 +166,8 @@ class SparseFeatures:
         crow, col, values, t_crow, t_col, t_order, shape = self._stack(members)
         if training:
             rate = member_rates(p, members).repeat_interleave(self.nnz)  # block s holds member s's copy of X
-            values = values * (torch.rand_like(values) >= rate).to(values.dtype) / (1.0 - rate)
+            u = uniform.reshape(-1) if uniform is not None else torch.rand_like(values)
+            values = values * (u >= rate).to(values.dtype) / (1.0 - rate)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
             block = torch.sparse_csr_tensor(crow, col, values, shape)
@@ -200,19 +201,54 @@ def features_of(x: Features) -> SparseFeatures:
 
 Rate = float | Tensor  # a dropout rate: one for all members, or one per member (members,)
 
+_GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / phi: spreads consecutive steps over the seed space
 
-def dropout(x: Tensor, p: Rate, training: bool) -> Tensor:
+
+class MemberRandom:
+    """One random stream per member: member m's uniforms at training step t depend on (``seeds[m]``, t) only.
+
+    So a member's dropout masks are the same whichever other members (grid points, splits, arms) share its
+    stacked network or its fit: removing one run leaves every other run's draws unchanged. The generator is
+    reseeded per (member, step), which also makes a resumed fit draw what an uninterrupted one would (the owner
+    sets ``step`` to the epoch before each training forward; nothing else to checkpoint)."""
+
+    def __init__(self, seeds: list[int]) -> None:
+        self.seeds = [int(s) % 2**63 for s in seeds]
+        self.step = 0
+        self.generator = torch.Generator()
+
+    @property
+    def members(self) -> int:
+        return len(self.seeds)
+
+    def draw(self, sizes: list[int]) -> list[Tensor]:
+        """Uniforms in [0, 1) for this step: one (members, size) tensor per size, each member from its own stream."""
+        total = sum(sizes)
+        out = torch.empty(self.members, total)
+        for m, seed in enumerate(self.seeds):
+            self.generator.manual_seed((seed + (self.step + 1) * _GOLDEN) % 2**63)
+            torch.rand(total, generator=self.generator, out=out[m])
+        return list(out.split(sizes, dim=1))
+
+
+def dropout(x: Tensor, p: Rate, training: bool, uniform: Tensor | None = None) -> Tensor:
     """Inverted dropout with a uniform-threshold mask (same law as F.dropout, ~3x cheaper on CPU).
 
-    A per-member rate ``p`` (members,) applies along dim 1 of ``x`` (nodes, members, channels)."""
+    A per-member rate ``p`` (members,) applies along dim 1 of ``x`` (nodes, members, channels). ``uniform``
+    (members, nodes * channels), from ``MemberRandom.draw``, gives each member its own stream; without it the
+    mask comes from the global generator."""
     if not training:
         return x
+    if uniform is not None:
+        u = uniform.reshape(x.shape[1], x.shape[0], -1).transpose(0, 1).reshape(x.shape)
+    else:
+        u = torch.rand_like(x)
     if isinstance(p, Tensor):
         rate = p.to(x.dtype)[None, :, None]
-        return x * (torch.rand_like(x) >= rate).to(x.dtype) / (1.0 - rate)
+        return x * (u >= rate).to(x.dtype) / (1.0 - rate)
     if p == 0.0:
         return x
-    return x * (torch.rand_like(x) >= p).to(x.dtype).mul_(1.0 / (1.0 - p))
+    return x * (u >= p).to(x.dtype).mul_(1.0 / (1.0 - p))
 
 
 def member_rates(p: Rate | list[float], members: int) -> Tensor:
@@ -239,8 +275,8 @@ class FeatureLinear(nn.Module):
         self.weight = nn.Parameter(_uniform(members, in_dim, in_dim, out_dim))
         self.bias = nn.Parameter(_uniform(members, in_dim, out_dim)) if bias else None
 
-    def forward(self, x: Features, p: Rate) -> Tensor:
-        out = features_of(x).matmul(self.weight, p, self.training)
+    def forward(self, x: Features, p: Rate, uniform: Tensor | None = None) -> Tensor:
+        out = features_of(x).matmul(self.weight, p, self.training, uniform)
         return out if self.bias is None else out + self.bias
 
 
@@ -281,17 +317,26 @@ def chebyshev_response(lam: Tensor, weights: Tensor) -> Tensor:
     return weights.to(lam.dtype) @ basis
 
 
+def ppr_coefficients(order: int, alpha: float) -> Tensor:
+    """GPR-GNN's PPR initialisation gamma_k = alpha (1 - alpha)^k, gamma_K = (1 - alpha)^K (alpha = 1: identity)."""
+    gamma = alpha * (1 - alpha) ** torch.arange(order + 1, dtype=torch.float64)
+    gamma[-1] = (1 - alpha) ** order
+    return gamma.float()
+
+
 class GPRFilter(nn.Module):
-    """GPR-GNN: sum_k gamma_k A_tilde^k x, gamma initialised to personalised PageRank alpha (1 - alpha)^k."""
+    """GPR-GNN: sum_k gamma_k A_tilde^k x, gamma initialised to personalised PageRank alpha (1 - alpha)^k; ``alpha``
+    is one value or one per member (GPR-GNN searches it per dataset)."""
 
     operator = "gcn_adjacency"
 
-    def __init__(self, order: int, alpha: float = 0.1, members: int = 1) -> None:
+    def __init__(self, order: int, alpha: float | list[float] = 0.1, members: int = 1) -> None:
         super().__init__()
         self.order = order
-        gamma = alpha * (1 - alpha) ** torch.arange(order + 1, dtype=torch.float32)
-        gamma[-1] = (1 - alpha) ** order
-        self.gamma = nn.Parameter(gamma.repeat(members, 1))
+        alphas = [float(alpha)] * members if isinstance(alpha, (int, float)) else [float(a) for a in alpha]
+        if len(alphas) != members:
+            raise ValueError(f"{len(alphas)} GPR alphas for {members} members")
+        self.gamma = nn.Parameter(torch.stack([ppr_coefficients(order, a) for a in alphas]))
 
     def forward(self, x: Tensor, ops: GraphOperators) -> Tensor:
         hops = [x]
@@ -383,7 +428,7 @@ class NormalisedAdjacency(nn.Module):
         return mu[None, :].expand(self.members, -1)
 
 
-def make_filter(family: str, order: int, alpha: float = 0.1, members: int = 1) -> nn.Module:
+def make_filter(family: str, order: int, alpha: float | list[float] = 0.1, members: int = 1) -> nn.Module:
     if family == "gpr":
         return GPRFilter(order, alpha, members)
     if family == "bern":
@@ -445,34 +490,58 @@ class WaveSolver(nn.Module):
 # ----------------------------------------------------------------------------- GNNs
 
 
+def draws(net: nn.Module, sizes: list[int]) -> list[Tensor | None]:
+    """The members' own uniforms for one training forward of ``net`` (its ``random``, set by the trainer), or
+    ``None`` per site (the global generator) outside training or without one."""
+    random = getattr(net, "random", None)
+    if not net.training or random is None:
+        return [None] * len(sizes)
+    return random.draw(sizes)
+
+
 class MLP(nn.Module):
     """dropout -> Linear -> ReLU -> dropout -> Linear: the floor, and the feature map of the spectral GNNs."""
+
+    random: MemberRandom | None = None  # the members' random streams (set by the trainer)
 
     def __init__(self, in_dim: int, hidden: int, out_dim: int, dropout, members: int = 1) -> None:
         super().__init__()
         self.register_buffer("dropout", member_rates(dropout, members), persistent=False)
+        self.hidden = hidden
         self.lin1, self.lin2 = FeatureLinear(in_dim, hidden, members), MemberLinear(hidden, out_dim, members)
 
-    def forward(self, x: Features, graph=None) -> Tensor:
-        h = dropout(F.relu(self.lin1(x, self.dropout)), self.dropout, self.training)
+    def random_sizes(self, x: Features) -> list[int]:
+        """Uniforms per member one training forward uses: the input mask (nnz of X), the hidden mask."""
+        return [features_of(x).nnz, x.shape[0] * self.hidden]
+
+    def forward(self, x: Features, graph=None, uniforms: list | None = None) -> Tensor:
+        u_in, u_hidden = uniforms if uniforms is not None else draws(self, self.random_sizes(x))
+        h = dropout(F.relu(self.lin1(x, self.dropout, u_in)), self.dropout, self.training, u_hidden)
         return self.lin2(h)
 
 
 class SpectralGNN(nn.Module):
     """Base spectral GNN (BernNet / ChebNetII / GPR-GNN layout): MLP, dropout(dprate), polynomial filter."""
 
+    random: MemberRandom | None = None
+
     def __init__(self, in_dim: int, hidden: int, out_dim: int, dropout, dprate: float, filter: nn.Module, members=1):
         super().__init__()
         self.mlp, self.dprate, self.filter = MLP(in_dim, hidden, out_dim, dropout, members), dprate, filter
+        self.out_dim = out_dim
 
     def forward(self, x: Features, graph: Tensor | GraphOperators) -> Tensor:
         ops = as_operators(graph, x.shape[0], torch.float32)
-        return self.filter(dropout(self.mlp(x), self.dprate, self.training), ops)
+        *u_mlp, u_prop = draws(self, [*self.mlp.random_sizes(x), x.shape[0] * self.out_dim])
+        logits = self.mlp(x, uniforms=u_mlp)
+        return self.filter(dropout(logits, self.dprate, self.training, u_prop), ops)
 
 
 class HyperbolicGNN(nn.Module):
     """Hyperbolic-PDE GNN: X(0) = W_0 x, X'(0) = W_1 x (one dropout mask for both, as the official model),
     leapfrog to time T, dropout, linear head. Linear in x apart from dropout (no activation anywhere)."""
+
+    random: MemberRandom | None = None
 
     def __init__(
         self,
@@ -495,9 +564,10 @@ class HyperbolicGNN(nn.Module):
 
     def forward(self, x: Features, graph: Tensor | GraphOperators) -> Tensor:
         ops = as_operators(graph, x.shape[0], torch.float32)
-        x0, v0 = self.initial(x, self.dropout).split(self.hidden, dim=-1)
+        u_in, u_head = draws(self, [features_of(x).nnz, x.shape[0] * self.hidden])
+        x0, v0 = self.initial(x, self.dropout, u_in).split(self.hidden, dim=-1)
         h = self.solver(x0.contiguous(), v0.contiguous(), ops)
-        return self.head(dropout(h, self.dropout, self.training))
+        return self.head(dropout(h, self.dropout, self.training, u_head))
 
     def spectral_response(self, eigenvalues: Tensor) -> Tensor:
         """(members, modes, out, in) matrix response W_head (P W_0 + Q W_1) of the bias-free network."""
@@ -507,6 +577,27 @@ class HyperbolicGNN(nn.Module):
         wh = self.head.weight.to(eigenvalues.dtype).transpose(1, 2)  # (members, out, hidden)
         mixed = p[..., None, None] * w0[:, None] + q[..., None, None] * w1[:, None]  # (members, modes, hidden, in)
         return wh[:, None] @ mixed
+
+
+def initialise_members(net: nn.Module, seeds: list[int]) -> None:
+    """Redraw every linear layer's weights member by member, member m from its own seed (nn.Linear's law,
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in))), each parameter from a stream keyed by its name: a member's initial
+    weights then do not depend on how many members share the network or where it sits among them."""
+    import zlib
+
+    generator = torch.Generator()
+    with torch.no_grad():
+        for module_name, module in net.named_modules():
+            if not isinstance(module, (FeatureLinear, MemberLinear)):
+                continue
+            bound = 1.0 / math.sqrt(module.weight.shape[1])
+            for name, param in (("weight", module.weight), ("bias", module.bias)):
+                if param is None:
+                    continue
+                salt = zlib.crc32(f"{module_name}.{name}".encode())
+                for m, seed in enumerate(seeds):
+                    generator.manual_seed((int(seed) + salt * _GOLDEN) % 2**63)
+                    param[m].uniform_(-bound, bound, generator=generator)
 
 
 def member_state(net: nn.Module, state: dict[str, Tensor], first: int, count: int = 1) -> dict[str, Tensor]:

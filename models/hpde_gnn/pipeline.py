@@ -58,6 +58,7 @@ Deliberate deviations (and why):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -105,10 +106,12 @@ from .data import (
 from .networks import (
     MLP,
     HyperbolicGNN,
+    MemberRandom,
     SingleMember,
     SparseFeatures,
     SpectralGNN,
     graph_operators,
+    initialise_members,
     make_filter,
     member_state,
 )
@@ -221,45 +224,92 @@ def arms(cfg: Config) -> list[str]:
     return names + (["baseline_wave"] if cfg.wave_baseline else [])
 
 
-def grid_points(cfg: Config) -> list[dict]:
+def family_of(arm: str) -> str:
+    return arm.split("_", 1)[1]
+
+
+def grid_points(cfg: Config, arm: str) -> list[dict]:
+    """The arm's declared grid: lr x dropout for every arm, x GPR-GNN's PPR alpha for the GPR arms (its paper
+    searches alpha per dataset; the PDE version's per-step GPR filters start from the same PPR coefficients)."""
+    if family_of(arm) == "gpr":
+        return grid(lr=cfg.lr_grid, dropout=cfg.dropout_grid, alpha=cfg.gpr_alpha_grid)
     return grid(lr=cfg.lr_grid, dropout=cfg.dropout_grid)
 
 
-def build_network(cfg: Config, arm: str, in_dim: int, classes: int, dropout, members: int) -> torch.nn.Module:
-    """The arm's network with ``members`` members; ``dropout`` is one rate or one per member."""
+# Ends of an axis's domain (a choice there is not a grid edge): alpha = 1 starts GPR-GNN at the identity filter,
+# alpha = 0 at the pure K-hop one.
+GRID_LIMITS = {"alpha": [0.0, 1.0]}
+
+
+def prop_lr(cfg: Config, arm: str) -> float | None:
+    """The filter coefficients' own lr (BernNet's Bern_lr, ChebNetII's prop_lr); GPR-GNN uses the feature lr."""
+    return {"bern": cfg.bern_prop_lr, "chebii": cfg.chebii_prop_lr}.get(family_of(arm))
+
+
+def build_network(cfg: Config, arm: str, in_dim: int, classes: int, points: list[dict]) -> torch.nn.Module:
+    """The arm's network with one member per entry of ``points`` (its dropout, and alpha for the GPR arms)."""
     role, family = arm.split("_", 1)
+    members, dropout = len(points), [p["dropout"] for p in points]
+    alpha = [p.get("alpha", 0.1) for p in points]
     if family == "mlp":
         return MLP(in_dim, cfg.hidden, classes, dropout, members)
     if family == "wave":
         step = lambda: make_filter("sym", 1, members=members)  # noqa: E731
         return HyperbolicGNN(in_dim, cfg.hidden, classes, dropout, step, cfg.pde_time, cfg.pde_dt, members=members)
     if role == "baseline":
-        base_filter = make_filter(family, cfg.base_order, cfg.gpr_alpha, members)
+        base_filter = make_filter(family, cfg.base_order, alpha, members)
         return SpectralGNN(in_dim, cfg.hidden, classes, dropout, cfg.dprate, base_filter, members)
-    step = lambda: make_filter(family, cfg.pde_order, cfg.gpr_alpha, members)  # noqa: E731
+    step = lambda: make_filter(family, cfg.pde_order, alpha, members)  # noqa: E731
     return HyperbolicGNN(in_dim, cfg.hidden, classes, dropout, step, cfg.pde_time, cfg.pde_dt, members=members)
 
 
-def run_key(arm: str, graph: str) -> str:
-    return f"{arm}__{graph}"
+def run_key(arm: str, graph: str, point: dict) -> str:
+    """``method_gpr__texas__lr0p01_dropout0p5_alpha0p1``: a stack's name, from what it is (no '.': module names)."""
+    values = "_".join(f"{k}{v:g}" for k, v in point.items()).replace(".", "p").replace("-", "m")
+    return f"{arm}__{graph}__{values}"
 
 
-def build_runs(cfg: Config, graphs: list[Graph]) -> tuple[dict[str, torch.nn.Module], dict[str, Run]]:
-    """One stacked network per (arm, graph): a member per (grid point, split); every arm on a graph starts from
-    the same seed."""
+def member_seed(cfg: Config, arm: str, graph: str, split: int, purpose: str) -> int:
+    """A run's own seed for ``purpose`` ("init", "dropout"): a function of (cfg.seed, arm, graph, split) only, so
+    it is the same whichever other runs share the fit; every grid point of a split starts from the same weights
+    and draws the same masks (common random numbers across the grid)."""
+    import zlib
+
+    key = zlib.crc32(f"{arm}/{graph}/{split}/{purpose}".encode())
+    return int(np.random.SeedSequence([cfg.seed, key]).generate_state(1, np.uint64)[0] >> 1)
+
+
+def build_runs(
+    cfg: Config, graphs: list[Graph], points=None, first_split: int = 0
+) -> tuple[dict[str, torch.nn.Module], dict[str, Run]]:
+    """One stacked network per (arm, graph, grid point) with a member per split, each member with its own initial
+    weights and dropout stream (``member_seed``). A stack is computed until its last split stops, so the grid points
+    that converge fast do not wait for the slow ones. ``points(arm, graph_name)`` gives the grid points (default:
+    the arm's whole grid); ``graphs``' split s is split ``first_split + s`` of the prepared graph (its seeds)."""
     nets, runs = {}, {}
-    points = tuple((p["lr"], p["dropout"]) for p in grid_points(cfg))
     for g, graph in enumerate(graphs):
         for arm in arms(cfg):
-            torch.manual_seed(cfg.seed * 1000 + g)
-            run = Run(arm, g, points)
-            members = run.members(graph.splits)
-            key = run_key(arm, graph.name)
-            nets[key] = build_network(
-                cfg, arm, graph.features.shape[1], graph.classes, [d for _, d in members], len(members)
-            )
-            runs[key] = run
+            for point in points(arm, graph.name) if points else grid_points(cfg, arm):
+                run = Run(arm, g, (point,), prop_lr(cfg, arm))
+                splits = [first_split + s for s in run.splits_of(graph.splits)]
+                net = build_network(cfg, arm, graph.features.shape[1], graph.classes, run.members(graph.splits))
+                initialise_members(net, [member_seed(cfg, arm, graph.name, s, "init") for s in splits])
+                net.random = MemberRandom([member_seed(cfg, arm, graph.name, s, "dropout") for s in splits])
+                key = run_key(arm, graph.name, point)
+                nets[key], runs[key] = net, run
     return nets, runs
+
+
+def split_range(graph: Graph, start: int, stop: int) -> Graph:
+    """``graph`` with only its splits ``start .. stop - 1`` (the masks' rows)."""
+    masks = {k: getattr(graph, k)[start:stop] for k in ("train_mask", "val_mask", "test_mask")}
+    return dataclasses.replace(graph, **masks)
+
+
+def join_members(net: torch.nn.Module, first: dict[str, torch.Tensor], second: dict[str, torch.Tensor]):
+    """One stacked state from two: the parameters' members concatenated, the shared buffers kept."""
+    parameters = {name for name, _ in net.named_parameters()}
+    return {k: torch.cat([v, second[k]]) if k in parameters else v for k, v in first.items()}
 
 
 # ----------------------------------------------------------------------------- training
@@ -312,48 +362,93 @@ def weights_file(model_dir: Path, arm: str) -> Path:
 
 
 def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
+    """Two fits. (1) Every arm's whole grid on each graph's first ``select_splits`` splits: the grid point with the
+    best mean validation accuracy over them is chosen per (arm, graph). (2) The chosen point on the remaining
+    splits. Every member has its own seeds, so a split's fit is the same whichever phase or stack it trains in."""
     graphs = load_graphs(data)
     names = arms(cfg)
     summary: dict[str, float] = {}
 
     started = time.perf_counter()
-    nets, runs = build_runs(cfg, graphs)
-    module = NodeClassification(nets, runs, graphs, cfg)
+    k = {g.name: min(cfg.select_splits, g.splits) for g in graphs}
+    searched = [split_range(g, 0, k[g.name]) for g in graphs]
+    nets, runs = build_runs(cfg, searched)
+    module = NodeClassification(nets, runs, searched, cfg)
     loader = full_batch_loader(0)
-    records = fit(module, loader, loader, max_epochs=cfg.max_epochs, seed=cfg.seed, variant=f"{len(nets)} runs")
+    records = fit(module, loader, loader, max_epochs=cfg.max_epochs, seed=cfg.seed, variant=f"{len(nets)} grid runs")
     history = split_history(records, names)
-    summary["classification_seconds"] = time.perf_counter() - started
     summary["classification_epochs"] = float(max(t["epochs"] for t in module.tracking.values()))
+
+    chosen: dict[tuple[str, str], dict] = {}
+    for arm in names:
+        for graph in graphs:
+            points = grid_points(cfg, arm)
+
+            def score(point: dict) -> tuple[float, int]:
+                i = points.index(point)  # the stack of this grid point: one member per searched split
+                return float(np.mean(module.tracking[run_key(arm, graph.name, point)]["val_acc"])), i
+
+            # One search per (arm, graph), over the mean of its searched splits: it serves every split of the graph.
+            choice, _ = select_on_validation(
+                arm, points, score, metric="acc", unit=graph.name, limits=GRID_LIMITS if "alpha" in points[0] else None
+            )
+            chosen[arm, graph.name] = choice
+            summary |= {
+                key.replace(f"select/{arm}/", f"select/{arm}/{graph.name}/", 1): x
+                for key, x in choice.summary().items()
+            }
+
+    rest = [split_range(g, k[g.name], g.splits) for g in graphs if g.splits > k[g.name]]
+    tracks = {}  # (arm, graph) -> tracking dicts of its chosen point, per phase
+    states = {}
+    for arm in names:
+        for graph in searched:
+            key = run_key(arm, graph.name, chosen[arm, graph.name].chosen)
+            tracks[arm, graph.name] = [module.tracking[key]]
+            states[arm, graph.name] = (nets[key], module.tracking[key]["state"])
+    if rest:
+        by_graph = {g.name: g for g in graphs}
+        nets2, runs2 = build_runs(
+            cfg, rest, points=lambda arm, name: [chosen[arm, name].chosen], first_split=k[rest[0].name]
+        )
+        if len({k[g.name] for g in rest}) > 1:
+            raise ValueError("every graph searches the same number of splits")
+        module2 = NodeClassification(nets2, runs2, rest, cfg)
+        fit(module2, loader, loader, max_epochs=cfg.max_epochs, seed=cfg.seed, variant=f"{len(nets2)} chosen runs")
+        summary["classification_epochs"] = max(
+            summary["classification_epochs"], float(max(t["epochs"] for t in module2.tracking.values()))
+        )
+        for arm in names:
+            for graph in rest:
+                key = run_key(arm, graph.name, chosen[arm, graph.name].chosen)
+                tracks[arm, graph.name].append(module2.tracking[key])
+                net, first = states[arm, graph.name]
+                states[arm, graph.name] = (net, join_members(net, first, module2.tracking[key]["state"]))
+        for arm in names:
+            module.max_step_norm[arm] = max(module.max_step_norm.get(arm, 0.0), module2.max_step_norm.get(arm, 0.0))
+        assert all(by_graph[g.name].splits == k[g.name] + g.splits for g in rest)
+    summary["classification_seconds"] = time.perf_counter() - started
 
     selection: dict[str, dict] = {}
     for arm in names:
         chosen_states = {}
         for graph in graphs:
-            key, S = run_key(arm, graph.name), graph.splits
-            track = module.tracking[key]
-            by_point = {(p["lr"], p["dropout"]): i for i, p in enumerate(grid_points(cfg))}
-
-            def score(point: dict) -> tuple[float, int]:
-                i = by_point[point["lr"], point["dropout"]]  # members i*S .. i*S + S - 1: its splits
-                return float(np.mean(track["val_acc"][i * S : (i + 1) * S])), i
-
-            # One search per (arm, graph), over the mean of the graph's splits: it serves every split of the graph.
-            choice, i = select_on_validation(arm, grid_points(cfg), score, metric="acc", unit=graph.name)
-            members = slice(i * S, (i + 1) * S)
-            chosen_states[graph.name] = member_state(nets[key], track["state"], i * S, S)
-            summary |= {
-                k.replace(f"select/{arm}/", f"select/{arm}/{graph.name}/", 1): x for k, x in choice.summary().items()
-            }
-            for s in range(S):  # the chosen point's members are the compared fits, one per (graph, split) unit
-                m = i * S + s
-                stopped = bool(track["stopped"][m])
-                trained = track["best_epoch"][m] + cfg.patience + 1 if stopped else track["epochs"]
-                record_fit(arm, unit_label(graph.name, s), track["best_epoch"][m], trained, stopped, cfg.patience)
-            summary[f"select/{arm}/{graph.name}/best_epoch"] = float(np.mean(track["best_epoch"][members]))
-            summary[f"select/{arm}/{graph.name}/epochs_trained"] = float(track["epochs"])
+            choice = chosen[arm, graph.name]
+            chosen_states[graph.name] = states[arm, graph.name][1]
+            best_epochs, trained, stopped = [], [], []
+            for track in tracks[arm, graph.name]:  # splits 0 .. k-1 (the search's), then the rest
+                for s in range(len(track["best_epoch"])):
+                    stop = bool(track["stopped"][s])
+                    best_epochs.append(track["best_epoch"][s])
+                    trained.append(track["best_epoch"][s] + cfg.patience + 1 if stop else track["epochs"])
+                    stopped.append(stop)
+            for s in range(graph.splits):  # the chosen point's members are the compared fits, one per unit
+                record_fit(arm, unit_label(graph.name, s), best_epochs[s], trained[s], stopped[s], cfg.patience)
+            summary[f"select/{arm}/{graph.name}/best_epoch"] = float(np.mean(best_epochs))
+            summary[f"select/{arm}/{graph.name}/epochs_trained"] = float(np.mean(trained))
             selection[f"{arm}/{graph.name}"] = {
-                "chosen": choice.chosen, "table": choice.table, "best_epochs": track["best_epoch"][members],
-                "epochs": track["epochs"], "stopped": track["stopped"][members],
+                "chosen": choice.chosen, "table": choice.table, "best_epochs": best_epochs,
+                "epochs": trained, "stopped": stopped, "searched_splits": k[graph.name],
             }  # fmt: skip
         torch.save(chosen_states, weights_file(out_dir, arm))
         summary[f"{arm}/max_step_norm"] = module.max_step_norm.get(arm, 0.0)
@@ -369,7 +464,7 @@ def train(cfg: Config, data: DatasetRef, out_dir: Path) -> TrainedArtifacts:
 
     first = graphs[0]
     registered = {
-        "arm": f"method_{cfg.filters[0]}", "graph": first.name, "dropout": selection[f"method_{cfg.filters[0]}/{first.name}"]["chosen"]["dropout"],
+        "arm": f"method_{cfg.filters[0]}", "graph": first.name, "chosen": selection[f"method_{cfg.filters[0]}/{first.name}"]["chosen"],
         "in_dim": int(first.features.shape[1]), "classes": first.classes,
     }  # fmt: skip
     (Path(out_dir) / REGISTERED_FILE).write_text(json.dumps(registered, indent=1))
@@ -382,7 +477,7 @@ def load_model(cfg: Config, model_dir: Path) -> SingleMember:
     Call it as ``net(x, edge_index)`` (x dense or ``networks.SparseFeatures``) -> logits (n, classes).
     """
     info = json.loads((Path(model_dir) / REGISTERED_FILE).read_text())
-    net = build_network(cfg, info["arm"], info["in_dim"], info["classes"], info["dropout"], members=1)
+    net = build_network(cfg, info["arm"], info["in_dim"], info["classes"], [info["chosen"]])
     state = torch.load(weights_file(model_dir, info["arm"]), weights_only=True)[info["graph"]]
     net.load_state_dict(member_state(net, state, 0))  # split 0
     return SingleMember(net).eval()
@@ -400,7 +495,7 @@ def evaluate_classification(cfg: Config, graphs: list[Graph], model_dir: Path) -
         states = torch.load(weights_file(model_dir, arm), weights_only=True)
         for graph in graphs:
             chosen = selection[f"{arm}/{graph.name}"]["chosen"]
-            net = build_network(cfg, arm, graph.features.shape[1], graph.classes, chosen["dropout"], graph.splits)
+            net = build_network(cfg, arm, graph.features.shape[1], graph.classes, [chosen] * graph.splits)
             net.load_state_dict(states[graph.name])
             correct = (net.eval()(graph.features, graph.ops).argmax(-1) == graph.y[:, None]).float()  # (n, splits)
             solver = getattr(net, "solver", None)
@@ -577,6 +672,24 @@ def filters_passing_criterion(
     )
 
 
+def graph_separations(metrics: Metrics, names: list[str], graphs: list[str]) -> dict[str, dict[str, float]]:
+    """Per graph, the arms whose test accuracy differs from the MLP's: the paired 95 % t-interval of arm - MLP (pt)
+    over the graph's splits excludes 0. Maps graph -> {arm: mean difference}; an empty dict: no arm differs."""
+    out: dict[str, dict[str, float]] = {}
+    for g in graphs:
+        out[g] = {}
+        for arm in names:
+            if arm == MLP_ARM:
+                continue
+            d = unit_gains(metrics, arm, MLP_ARM, [g])
+            if len(d) < 2:
+                continue
+            c = V.mean_criterion(f"{arm}_vs_mlp_{g}", f"{arm} - MLP on {g}", d, 0.0, ">")
+            if c.low > 0 or c.high < 0:
+                out[g][arm] = float(c.estimate)
+    return out
+
+
 def passes_at_estimate(gain: Criterion, won: Criterion) -> bool:
     return gain.estimate >= -CLAIM_MARGIN_PT and won.estimate > won.threshold
 
@@ -630,6 +743,9 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         )
         for g in judged
     ]
+    separated = graph_separations(metrics, arms(cfg), judged)
+    for g, differing in separated.items():
+        figures[f"arms_differing_from_mlp_{g}"] = float(len(differing))
     figures["mean_gain_pt"] = 100 * (v["method/acc_mean"] - v["baseline/acc_mean"])
     figures["max_step_norm"] = max(v[k] for k in v if k.endswith("/max_step_norm"))
     figures["r2_mean_method"], figures["r2_mean_baseline"] = v["method/r2_mean"], v["baseline/r2_mean"]
@@ -667,6 +783,11 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
             f"{NAMES[f]} " + ", ".join(f"{g} {figures[f'{f}_gain_pt_{g}']:+.1f}" for g in judged) for f in cfg.filters
         )
         + f". Filter regression mean R2: PDE {figures['r2_mean_method']:.3f} vs base {figures['r2_mean_baseline']:.3f}."
-        + " PubMed and Amazon Computers/Photo (in the paper's suite) cannot be had offline and are not run."
+        + ". Per graph, arms whose test accuracy differs from the MLP's (paired 95 % t-interval over its splits): "
+        + "; ".join(
+            f"{g}: " + (", ".join(f"{a} {d:+.1f} pt" for a, d in separated[g].items()) or "no arm differs from the MLP")
+            for g in judged
+        )
+        + ". PubMed and Amazon Computers/Photo (in the paper's suite) cannot be had offline and are not run."
     )
     return ClaimResult(statement, criteria, sanity, figures, notes, controls, separations)

@@ -126,13 +126,20 @@ def selection_summary(arms: list[str], graphs: list[str], selection: dict, cfg, 
             axes[0].scatter([x] * len(entry["best_epochs"]), entry["best_epochs"], color=style(arm)["color"],
                             marker="o" if arm.startswith("method") else "x", s=14,
                             label=label(arm) if j == 0 else None)  # fmt: skip
-            axes[1].text(i, j, f"{entry['chosen']['lr']:g}\n{entry['chosen']['dropout']:g}", ha="center", va="center",
-                         fontsize=6)  # fmt: skip
+            chosen = entry["chosen"]
+            text = f"{chosen['lr']:g}\n{chosen['dropout']:g}" + (
+                f"\na={chosen['alpha']:g}" if "alpha" in chosen else ""
+            )
+            axes[1].text(i, j, text, ha="center", va="center", fontsize=6)
     axes[0].axhline(cfg.max_epochs, color="red", ls=":", label="max epochs")
     axes[0].set_xticks(range(len(graphs)), graphs, rotation=30, fontsize=7)
     axes[0].set(ylabel="best (lowest validation loss) epoch per split", title=f"patience {cfg.patience}")
     axes[0].legend(fontsize=6, ncol=2)
-    axes[1].set(xlim=(-0.5, len(arms) - 0.5), ylim=(len(graphs) - 0.5, -0.5), title="chosen lr / dropout (validation)")
+    axes[1].set(
+        xlim=(-0.5, len(arms) - 0.5),
+        ylim=(len(graphs) - 0.5, -0.5),
+        title="chosen lr / dropout / GPR alpha (validation)",
+    )
     axes[1].set_xticks(range(len(arms)), [label(a) for a in arms], rotation=30, fontsize=7)
     axes[1].set_yticks(range(len(graphs)), graphs, fontsize=7)
     return plotting.save(fig, path)

@@ -42,10 +42,21 @@ class Run:
 
     arm: str
     graph: int
-    points: tuple[tuple[float, float], ...]  # (lr, dropout) per grid point
+    points: tuple[dict, ...]  # every grid point: {"lr": ..., "dropout": ..., ["alpha": ...]}
+    prop_lr: float | None = None  # the filter coefficients' own lr (BernNet/ChebNetII); None: the point's lr
 
-    def members(self, splits: int) -> list[tuple[float, float]]:
+    def members(self, splits: int) -> list[dict]:
         return [point for point in self.points for _ in range(splits)]
+
+    def splits_of(self, splits: int) -> list[int]:
+        return [s for _ in self.points for s in range(splits)]
+
+
+FILTER_PARAMETERS = ("filter.", "solver.filters.")  # the polynomial coefficients (gamma, theta) of a network
+
+
+def is_filter_parameter(name: str) -> bool:
+    return any(part in name for part in FILTER_PARAMETERS)
 
 
 class MemberAdam(torch.optim.Optimizer):
@@ -134,6 +145,8 @@ class NodeClassification(L.LightningModule):
         for key in self.active():
             run, net = self.runs[key], self.nets[key]
             graph = self.graphs[run.graph]
+            if getattr(net, "random", None) is not None:
+                net.random.step = self.current_epoch  # each member's masks: a function of (its seed, epoch)
             losses = member_losses(net(graph.features, graph.ops), graph.y, self.masks(run, "train"))
             total = total + losses.sum()
             curves.setdefault((run.arm, graph.name), []).append(float(losses.detach().mean()))
@@ -179,11 +192,20 @@ class NodeClassification(L.LightningModule):
             self.trainer.should_stop = True
 
     def configure_optimizers(self):
+        """Per run two groups, as GPR-GNN/BernNet/ChebNetII train: the feature maps at the member's lr with weight
+        decay, the filter coefficients at the filter lr (the member's lr where the family has none) without."""
         groups = []
         for key, run in self.runs.items():
-            rates = torch.tensor([lr for lr, _ in run.members(self.graphs[run.graph].splits)])
-            groups.append({"params": list(self.nets[key].parameters()), "lr": rates})
-        return MemberAdam(groups, lr=torch.ones(1), weight_decay=self.cfg.weight_decay)
+            members = run.members(self.graphs[run.graph].splits)
+            rates = torch.tensor([p["lr"] for p in members])
+            prop_rates = rates if run.prop_lr is None else torch.full_like(rates, run.prop_lr)
+            named = list(self.nets[key].named_parameters())
+            features = [p for name, p in named if not is_filter_parameter(name)]
+            coefficients = [p for name, p in named if is_filter_parameter(name)]
+            groups.append({"params": features, "lr": rates, "weight_decay": self.cfg.weight_decay})
+            if coefficients:
+                groups.append({"params": coefficients, "lr": prop_rates, "weight_decay": self.cfg.prop_weight_decay})
+        return MemberAdam(groups, lr=torch.ones(1))
 
 
 class FullBatch(Dataset):

@@ -485,7 +485,7 @@ def test_early_stopping_keeps_each_members_lowest_validation_loss_weights(tmp_pa
     cfg = SPEC.make_config("smoke", {"patience": 3, "weight_decay": 0.0})
     torch.manual_seed(0)
     nets = {"run": MLP(5, 8, 2, 0.0, members=2)}
-    module = NodeClassification(nets, {"run": Run("baseline_mlp", 0, ((0.3, 0.0),))}, [graph], cfg)
+    module = NodeClassification(nets, {"run": Run("baseline_mlp", 0, ({"lr": 0.3, "dropout": 0.0},))}, [graph], cfg)
     fit(module, full_batch_loader(0), full_batch_loader(0), max_epochs=200, seed=0, variant="toy")
     track = module.tracking["run"]
     assert all(track["stopped"]) and track["epochs"] < 200  # lr 0.3 overfits fast: patience ends the fit
@@ -691,3 +691,129 @@ def test_sparse_features_eval_product_equals_the_block_product():
     block = features.matmul(weight, 0.5, training=False)  # grad enabled: the block path
     torch.testing.assert_close(shared, block.detach())
     torch.testing.assert_close(shared, torch.einsum("nf,sfo->nso", torch.from_numpy(x), weight.detach()))
+
+
+def toy_graph(n: int = 40, features: int = 5, splits: int = 2, seed: int = 3):
+    from models.hpde_gnn.training import Graph
+
+    rng = np.random.default_rng(seed)
+    y = torch.from_numpy(rng.integers(0, 2, n))
+    x = (rng.random((n, features)) < 0.3) * (1.0 + y.numpy()[:, None])  # sparse, class-dependent features
+    masks = random_splits(n, splits, 0.5, 0.25, seed=seed)
+    return Graph(
+        "toy", SparseFeatures.from_dense(x.astype(np.float32)), y,
+        *(torch.from_numpy(masks[k]) for k in ("train_mask", "val_mask", "test_mask")),
+        graph_operators(small_graph(n, seed=seed), n),
+    )  # fmt: skip
+
+
+def test_removing_a_run_leaves_every_other_runs_fit_unchanged():
+    """Each run (arm, graph, grid point, split) draws its initial weights and dropout masks from its own seed and has
+    its own Adam state, so its fit does not depend on which other runs share its stacked network or the Lightning
+    fit: dropping a grid point and an arm leaves the remaining runs' trajectories equal (float tolerance)."""
+    from models.common.lightning import fit
+    from models.hpde_gnn.pipeline import build_runs
+    from models.hpde_gnn.training import NodeClassification, full_batch_loader
+
+    graph = toy_graph()
+    common = {"filters": ("gpr",), "hidden": 8, "patience": 1000, "dropout_grid": (0.5,), "gpr_alpha_grid": (0.1, 0.9)}
+    wide = SPEC.make_config("smoke", common | {"lr_grid": (0.01, 0.05), "wave_baseline": True})
+    narrow = SPEC.make_config("smoke", common | {"lr_grid": (0.05,), "wave_baseline": False})
+    fitted = {}
+    for name, cfg in (("wide", wide), ("narrow", narrow)):
+        nets, runs = build_runs(cfg, [graph])
+        module = NodeClassification(nets, runs, [graph], cfg)
+        fit(module, full_batch_loader(0), full_batch_loader(0), max_epochs=12, seed=0, variant=name)
+        fitted[name] = (nets, runs, module.tracking)
+    (wide_nets, wide_runs, wide_track), (narrow_nets, narrow_runs, narrow_track) = fitted["wide"], fitted["narrow"]
+    assert set(narrow_runs) < set(wide_runs)  # the wave arm is gone
+    S = graph.splits
+    for key, run in narrow_runs.items():
+        wide_points = list(wide_runs[key].points)
+        for i, point in enumerate(run.points):
+            j = wide_points.index(point)
+            for s in range(S):
+                a, b = i * S + s, j * S + s
+                assert narrow_track[key]["best_loss"][a] == pytest.approx(wide_track[key]["best_loss"][b], rel=1e-5)
+                for (name, p), (_, q) in zip(narrow_nets[key].named_parameters(), wide_nets[key].named_parameters()):
+                    torch.testing.assert_close(p[a], q[b], atol=1e-5, rtol=1e-4, msg=f"{key} {name} member {a}")
+    # ... and the masks really are random: two splits of one grid point train differently.
+    track = narrow_track[next(key for key in narrow_runs if key.startswith("baseline_mlp__toy__"))]
+    assert track["best_loss"][0] != track["best_loss"][1]
+
+
+def test_member_random_streams_depend_on_their_seed_and_step_only():
+    from models.hpde_gnn.networks import MemberRandom
+
+    both, alone = MemberRandom([11, 22]), MemberRandom([22])
+    both.step = alone.step = 5
+    torch.testing.assert_close(both.draw([3, 4])[1][1], alone.draw([3, 4])[1][0])
+    first = both.draw([6])[0]
+    both.step = 6
+    assert not torch.equal(first, both.draw([6])[0])  # a new step, new masks
+    assert not torch.equal(first[0], first[1])  # members differ
+
+
+def test_filter_coefficients_train_without_weight_decay_at_their_own_lr():
+    """GPR-GNN, BernNet and ChebNetII put no weight decay on the propagation coefficients; BernNet and ChebNetII give
+    them their own lr (Bern_lr, prop_lr), GPR-GNN its feature lr."""
+    from models.hpde_gnn.pipeline import build_runs
+    from models.hpde_gnn.training import NodeClassification
+
+    cfg = SPEC.make_config("smoke", {"filters": ("gpr", "bern"), "lr_grid": (0.05,), "bern_prop_lr": 0.002})
+    graph = toy_graph()
+    nets, runs = build_runs(cfg, [graph])
+    groups = NodeClassification(nets, runs, [graph], cfg).configure_optimizers().param_groups
+    by_parameter = {id(p): g for g in groups for p in g["params"]}
+    for key, net in nets.items():
+        for name, p in net.named_parameters():
+            group = by_parameter[id(p)]
+            coefficient = name.endswith(("gamma", "theta"))
+            assert group["weight_decay"] == (0.0 if coefficient else cfg.weight_decay), (key, name)
+            expected = 0.002 if coefficient and "bern" in key else 0.05
+            assert torch.allclose(group["lr"], torch.tensor(expected)), (key, name)
+
+
+def test_gpr_members_start_from_their_own_ppr_alpha():
+    from models.hpde_gnn.networks import ppr_coefficients
+
+    f = GPRFilter(3, [0.1, 1.0], members=2)
+    torch.testing.assert_close(f.gamma[0], torch.tensor([0.1, 0.09, 0.081, 0.729]))
+    torch.testing.assert_close(f.gamma[1], torch.tensor([1.0, 0.0, 0.0, 0.0]))  # alpha = 1: the identity (an MLP)
+    assert float(ppr_coefficients(10, 0.5).sum()) == pytest.approx(1.0)
+
+
+def test_a_stacked_fit_of_several_splits_equals_each_split_fitted_alone():
+    """Batching: the splits of one (arm, graph, grid point) train as the members of one stacked network; split 1
+    of a two-member stack ends where split 1 fitted alone (a one-member stack seeded as split 1) ends, to float
+    tolerance (the stack's sparse block product sums in another order). This is the second phase of ``train``."""
+    from models.common.lightning import fit
+    from models.hpde_gnn.pipeline import build_runs, split_range
+    from models.hpde_gnn.training import NodeClassification, full_batch_loader
+
+    graph = toy_graph()
+    cfg = SPEC.make_config("smoke", {"filters": ("bern",), "hidden": 8, "patience": 1000, "lr_grid": (0.05,)})
+    tracks = {}
+    for name, (g, first) in {"stacked": (graph, 0), "alone": (split_range(graph, 1, 2), 1)}.items():
+        nets, runs = build_runs(cfg, [g], first_split=first)
+        module = NodeClassification(nets, runs, [g], cfg)
+        fit(module, full_batch_loader(0), full_batch_loader(0), max_epochs=10, seed=0, variant=name)
+        tracks[name] = (nets, module.tracking)
+    (stacked, stacked_track), (alone, alone_track) = tracks["stacked"], tracks["alone"]
+    assert set(stacked) == set(alone)
+    for key in stacked:
+        assert alone_track[key]["best_loss"][0] == pytest.approx(stacked_track[key]["best_loss"][1], rel=1e-5)
+        for (name, p), (_, q) in zip(alone[key].named_parameters(), stacked[key].named_parameters()):
+            torch.testing.assert_close(p[0], q[1], atol=1e-5, rtol=1e-4, msg=f"{key} {name}")
+
+
+def test_join_members_concatenates_parameters_and_keeps_shared_buffers():
+    from models.hpde_gnn.pipeline import build_network, join_members
+
+    cfg = SPEC.make_config("smoke", {"filters": ("bern",)})
+    net = build_network(cfg, "baseline_bern", 5, 2, [{"lr": 0.01, "dropout": 0.5}] * 2)
+    state = net.state_dict()
+    joined = join_members(net, state, state)
+    parameters = {name for name, _ in net.named_parameters()}
+    for k, v in joined.items():
+        assert v.shape[0] == (2 * state[k].shape[0] if k in parameters else state[k].shape[0]), k
