@@ -6,9 +6,11 @@ one predictor pass over the member's own training rows (the repo's dis_steps = l
 After each epoch every member is scored on its split's validation rows by the same criterion,
 ``(1 - mu) * prediction loss + mu * KPC(Y_hat, A | Y)`` (the validation analogue of its training
 objective, with the paper's dependence measure against the real A, so identical for every
-arm); each member keeps its best-scoring weights and stops counting after ``patience`` epochs
-without improvement (it trains on with the others, but its selection is final); the fit stops
-when every member has stopped.
+arm). Under the official fixed schedule (``stop_early=False``, the default) every member trains
+``max_epochs`` and keeps its last weights; the best validation epoch is still tracked (the fit
+record's "best"). With early stopping each member keeps its best-scoring weights and stops counting
+after ``patience`` epochs without improvement (it trains on with the others, but its selection is
+final); the fit stops when every member has stopped.
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class FairICPModule(L.LightningModule):
 
     def __init__(self, predictors: EnsembleMLP, discriminators: EnsembleMLP, mu: torch.Tensor, lr: torch.Tensor,
                  member_split: np.ndarray, graphs: ValidationGraphs, regression: bool, lr_dis: float,
-                 patience: int) -> None:  # fmt: skip
+                 patience: int, stop_early: bool = True) -> None:  # fmt: skip
         super().__init__()
         self.automatic_optimization = False
         self.predictors, self.discriminators = predictors, discriminators
@@ -119,6 +121,8 @@ class FairICPModule(L.LightningModule):
         self.register_buffer("best_score", torch.full((len(mu),), math.inf, dtype=torch.float64))
         self.register_buffer("best_epoch", torch.full((len(mu),), -1, dtype=torch.long))
         self.register_buffer("waited", torch.zeros(len(mu), dtype=torch.long))
+        self.register_buffer("last_score", torch.full((len(mu),), math.inf, dtype=torch.float64))
+        self.stop_early = stop_early
         self.member_split, self.graphs = np.asarray(member_split), graphs
         self.regression, self.lr_dis, self.patience = regression, lr_dis, patience
         self._sums: dict[str, tuple[torch.Tensor, int]] = {}
@@ -185,7 +189,19 @@ class FairICPModule(L.LightningModule):
         self.log("val/active_members", float((self.waited < self.patience).sum()), batch_size=1)
 
     def _select(self, score: torch.Tensor) -> None:
-        """Per-member early stopping with best weights (``models.common.selection.Patience``, vectorised)."""
+        """Per-member early stopping with best weights (``models.common.selection.Patience``, vectorised);
+        under the fixed schedule the best epoch is tracked but the kept weights are the last ones."""
+        self.last_score = score.to(self.last_score.dtype)
+        if not self.stop_early:
+            improved = torch.isfinite(score) & (score < self.best_score)
+            self.best_score = torch.where(improved, score, self.best_score)
+            self.best_epoch = torch.where(
+                improved, torch.full_like(self.best_epoch, self.current_epoch), self.best_epoch
+            )
+            with torch.no_grad():
+                for best, current in zip(self.best_predictors.parameters(), self.predictors.parameters()):
+                    best.copy_(current)
+            return
         active = self.waited < self.patience
         improved = active & torch.isfinite(score) & (score < self.best_score)
         self.best_score = torch.where(improved, score, self.best_score)

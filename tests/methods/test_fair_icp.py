@@ -458,7 +458,10 @@ def test_random_splits_are_disjoint_equal_sized_and_deterministic():
 def test_config_defaults_and_bad_values():
     cfg = SPEC.make_config("default")
     assert cfg.data.source == "crimes" and cfg.resolved_claim_mu == 0.9 and cfg.resolved_predictor == "mlp"
-    assert cfg.data.splits == 3 and len(cfg.lr_grid) >= 2
+    # the official schedule (issue 30): 60 fixed epochs at lr 1e-4, no early stopping; 1000 test copies;
+    # 6 splits, the fewest whose order-statistic interval of a median can exclude [0, 1]
+    assert cfg.data.splits == 6 and cfg.lr_grid == (1e-4,) and cfg.max_epochs == 60 and not cfg.early_stopping
+    assert cfg.test_copies == 1000 and cfg.official_test_rows == 399 and cfg.official_test_copies == 100
     sim = SPEC.make_config("default", {"data.source": "sim"})
     assert (sim.resolved_predictor, sim.resolved_batch_size, sim.resolved_density) == ("linear", 16, "linear_gaussian")
     for bad in ({"mus": [0.5, 0.8]}, {"data.alpha": 1.0}, {"lr_grid": []}, {"claim_mu": 0.6},
@@ -571,3 +574,78 @@ def test_smoke_pipeline_on_the_simulation_with_the_oracle_arm(tmp_path):
     with torch.no_grad():
         pred = model(torch.from_numpy(test.X).float()).numpy()
     assert np.mean((pred - test.Y) ** 2) == pytest.approx(metrics.unit("mse_mu0.8", "method")[0], rel=1e-3)
+
+
+# ----------------------------------------------------------------------------- issue 30: official schedule and test
+
+
+def _prim_weight(points: np.ndarray) -> float:
+    """Total length of a minimum spanning tree by Prim's algorithm on the dense distance matrix."""
+    d = np.linalg.norm(points[:, None] - points[None], axis=-1)
+    inside, total = {0}, 0.0
+    best = d[0].copy()
+    while len(inside) < len(points):
+        best[list(inside)] = np.inf
+        j = int(np.argmin(best))
+        total += best[j]
+        inside.add(j)
+        best = np.minimum(best, d[j])
+    return total
+
+
+def test_minimum_spanning_tree_and_its_kpc_match_loop_references():
+    rng = np.random.default_rng(0)
+    points = rng.normal(size=(40, 3))
+    edges = alg.minimum_spanning_tree_edges(points)
+    assert edges.shape == (39, 2)
+    length = np.linalg.norm(points[edges[:, 0]] - points[edges[:, 1]], axis=1).sum()
+    assert length == pytest.approx(_prim_weight(points), rel=1e-12)
+    # duplicates still give a spanning tree (zero-length edges are kept)
+    dup = np.repeat(points[:10], 2, axis=0)
+    assert alg.minimum_spanning_tree_edges(dup).shape == (19, 2)
+    # T_n = (1/n) sum_i (1/d_i) sum_{j ~ i} k(i, j), by loops over the adjacency
+    y_hat = rng.normal(size=(2, 40, 1))
+    sigma = np.array([0.7, 1.3])
+    neighbours = {i: [] for i in range(40)}
+    for i, j in edges:
+        neighbours[int(i)].append(int(j))
+        neighbours[int(j)].append(int(i))
+    for m in range(2):
+        loop = np.mean([np.mean([np.exp(-sigma[m] * (y_hat[m, i, 0] - y_hat[m, j, 0]) ** 2) for j in nb])
+                        for i, nb in neighbours.items()])  # fmt: skip
+        assert alg.tree_mean_kernel(y_hat, sigma, edges)[m] == pytest.approx(loop, rel=1e-12)
+
+
+def test_mst_eo_test_rejects_an_unfair_predictor_and_not_a_fair_one():
+    rng = np.random.default_rng(1)
+    n = 300
+    a = rng.normal(size=(n, 2))
+    y = a[:, 0] + rng.normal(size=n)
+    fair = y + 0.1 * rng.normal(size=n)  # depends on A only through Y
+    unfair = y + 1.5 * a[:, 1] + 0.1 * rng.normal(size=n)
+    density = alg.GaussianPairLogLik(y, a[:, 0], 1.0)  # the true q(y | a)
+    copies = alg.icp_copies(density, n, 99, 20, rng)
+    kpc, null = alg.kpc_mst_statistics(np.stack([fair, unfair]), y, a, copies)
+    p = alg.permutation_p_value(kpc, null)
+    assert p[1] == pytest.approx(0.01) and kpc[1] > 0.1  # the floor 1/(C+1): rejected
+    assert p[0] > 0.05
+
+
+def test_fixed_schedule_keeps_the_last_weights_and_tracks_the_best_epoch():
+    from models.fair_icp.training import FairICPModule
+
+    torch.manual_seed(0)
+    preds, dis = EnsembleMLP(2, (3, 4, 1)), EnsembleMLP(2, (5, 4, 1))
+    graphs = alg  # unused by _select
+    module = FairICPModule(preds, dis, torch.tensor([0.0, 0.5]), torch.tensor([1e-3, 1e-3]), np.zeros(2, int),
+                           graphs, True, 1e-4, patience=1, stop_early=False)  # fmt: skip
+    module._select(torch.tensor([0.5, 0.5], dtype=torch.float64))
+    with torch.no_grad():
+        for p in preds.parameters():
+            p.add_(1.0)  # a later epoch's weights, scored worse
+    module._select(torch.tensor([0.9, 0.9], dtype=torch.float64))
+    module._select(torch.tensor([0.8, 0.8], dtype=torch.float64))  # past the patience: still training
+    for best, current in zip(module.best_predictors.parameters(), preds.parameters()):
+        torch.testing.assert_close(best, current)  # the last weights are the ones kept
+    assert module.best_epoch.tolist() == [0, 0] and module.last_score.tolist() == [0.8, 0.8]
+    assert module.best_score.tolist() == [0.5, 0.5]
