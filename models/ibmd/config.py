@@ -22,9 +22,11 @@ class DataConfig(StrictModel):
     # 2-D toy: x0 from 8 Gaussians on a circle; x1 = (x0_1 + noise, 0) hides the second coordinate.
     toy_train: int = Field(20_000, ge=64, le=2_000_000)
     toy_val: int = Field(1024, ge=16, le=200_000)  # selection and early stopping (x1 only for the student)
-    toy_test: int = Field(4096, ge=64, le=200_000)  # held-out pairs per test block
+    # Held-out pairs per test block: 16k (docs/methods/ibmd.md), so the energy distance's sampling noise sits well
+    # below the effect the ED criterion reads (4096 left it near the threshold).
+    toy_test: int = Field(16_384, ge=64, le=200_000)
     # Disjoint test blocks: training seed k is scored on block k, so the seeds' units are independent.
-    toy_test_blocks: int = Field(3, ge=1, le=20)
+    toy_test_blocks: int = Field(10, ge=1, le=20)
     toy_radius: float = Field(2.0, gt=0, le=1e3)
     toy_std: float = Field(0.1, gt=0, le=1e3)
     toy_x1_noise: float = Field(0.05, ge=0, le=1e3)
@@ -60,7 +62,9 @@ class TeacherConfig(StrictModel):
     time_dim: int = Field(32, ge=2, le=500)
     steps: int = Field(2000, ge=1, le=500_000)  # the cap; early stopping may end sooner
     batch_size: int = Field(256, ge=2, le=10_000)
-    lr_grid: tuple[LearningRate, ...] = Field((1e-3, 3e-3), min_length=1)  # chosen on validation loss
+    # Chosen on validation loss; to 3e-2 so the grid brackets the choice (both arms chose 3e-3, the old top; the
+    # teacher then chose 1e-2 in a first Stage-2 run with the grid to 1e-2, docs/methods/ibmd.md).
+    lr_grid: tuple[LearningRate, ...] = Field((1e-3, 3e-3, 1e-2, 3e-2), min_length=1)
     ema: float = Field(0.99, ge=0, lt=1)  # the student, fake bridge and baseline start from the EMA weights
     epoch_steps: int = Field(100, ge=1, le=100_000)  # batches between validations
     patience: int = Field(4, ge=1, le=1000)  # validations without improvement before stopping
@@ -72,7 +76,7 @@ class DistillConfig(StrictModel):
     generator_steps: int = Field(800, ge=1, le=100_000)  # the cap; early stopping may end sooner
     bridge_loop: int = Field(5, ge=1, le=50)  # fake-bridge Adam steps per generator step (n_bridge_loop)
     batch_size: int = Field(256, ge=2, le=10_000)
-    lr_grid: tuple[LearningRate, ...] = Field((1e-3, 3e-3), min_length=1)  # chosen on validation ED
+    lr_grid: tuple[LearningRate, ...] = Field((1e-3, 3e-3, 1e-2, 3e-2), min_length=1)  # chosen on validation ED
     student_ema: float = Field(0.99, ge=0, lt=1)  # the evaluated and registered student is its EMA
     noise_dim: int = Field(2, ge=1, le=1000)  # zero-initialised noise inputs of G (the paper's extra channels)
     t_power_ten_coeff: float = Field(0.0, ge=0, le=10)  # weight 10^(c (1 - step/steps)) of both loss terms
@@ -136,19 +140,19 @@ class Config(MethodConfig):
         "paper": {
             # The paper distils ImageNet-256 I2SB / DDBM teachers on 4 GPUs; the closest CPU-sized
             # setting is a larger toy and digits run with the README's 5 fake steps per generator step.
-            "n_seeds": 5,
+            "n_seeds": 10,
             "toy_variants": ("cond", "uncond"),
             "data.toy_train": 200_000,
             "data.toy_test": 16_384,
-            "data.toy_test_blocks": 5,
+            "data.toy_test_blocks": 10,
             "teacher.hidden": 256,
             "teacher.steps": 30_000,
             "teacher.batch_size": 512,
-            "teacher.lr_grid": (3e-4, 1e-3, 3e-3),
+            "teacher.lr_grid": (3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
             "teacher.patience": 20,
             "distill.generator_steps": 10_000,
             "distill.batch_size": 512,
-            "distill.lr_grid": (5e-5, 1e-4, 3e-4, 1e-3),
+            "distill.lr_grid": (5e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
             "distill.patience": 10,
             "digits_teacher.steps": 30_000,
             "digits_teacher.patience": 20,
@@ -158,7 +162,8 @@ class Config(MethodConfig):
         },
     }
 
-    n_seeds: int = Field(3, ge=1, le=20)  # paired training seeds (teacher and student retrained per seed)
+    # Paired training seeds (teacher and student retrained per seed): 10 (at 5 the ED criterion was inconclusive).
+    n_seeds: int = Field(10, ge=1, le=20)
     data: DataConfig = DataConfig()
     bridge: BridgeConfig = BridgeConfig()
     # The unconditional teacher doubles the cost: at default only the conditional one (the budget).
@@ -170,7 +175,7 @@ class Config(MethodConfig):
     digits_distill: DigitsDistillConfig = DigitsDistillConfig()
 
     eval_nfe: tuple[NFE, ...] = Field((1, 2, 5, 10, 20, 50, 100), min_length=1)  # teacher NFE curve (seed 0)
-    many_nfe: int = Field(100, ge=2, le=1000)  # "teacher at many NFE" (the brief's NFE = 100)
+    many_nfe: int = Field(100, ge=2, le=1000)  # "teacher at many NFE" (NFE = 100, docs/methods/ibmd.md)
     bimodal_threshold: float = Field(0.5, gt=0, le=1e3)  # |x0_2| above it counts as a recovered mode
 
     @model_validator(mode="after")

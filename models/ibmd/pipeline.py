@@ -4,7 +4,7 @@ Nikita Gushchin, David Li, Daniil Selikhanovych, Evgeny Burnaev, Dmitry Baranchu
 Korotin; PMLR 267:21471-21496, arXiv 2502.01362. Official code: ``ngushchin/IBMD`` (cited by the
 paper), read as ``bluebluecard/IBMD`` at its initial commit ``e4c4679`` (by the first author):
 ``I2SB/i2sb/runner_distill.py``, ``diffusion.py``, ``runner.py``, ``network.py``. Re-implemented
-here, not copied (brief: shared/methods/ibmd.md).
+here, not copied (docs/methods/ibmd.md).
 
 Idea: a diffusion-bridge teacher (I2SB: x_t ~ q(x_t | x0, x1) = N(mu0 x0 + mu1 x1, sigma^2), see
 ``models.common.diffusion.BridgeSchedule``) trained by bridge matching is distilled into a
@@ -27,18 +27,18 @@ training seeds each; digits restoration with a conditional teacher, one seed, re
      and sliced W2 of (x0_hat, x1) against the true (x0, x1), the bimodal fraction, the noise floor
      (the ED between the exact posterior's samples and the truth: two independent sample sets of one
      law); the teacher's NFE curve on the first seed; digits PSNR, classifier accuracy, diversity.
-  4. claim (REVIEW.md's restated check), per toy setup over the paired seeds, see ``claim``.
+  4. claim (the restated check of docs/methods/ibmd.md), per toy setup over the paired seeds, see ``claim``.
 
-Deliberate deviations and choices (all [inferred] in the brief unless stated):
-* Data: no ImageNet / E2H / DIODE or their I2SB/DDBM checkpoints offline. The brief's substitutes:
+Deliberate deviations and choices (docs/methods/ibmd.md):
+* Data: no ImageNet / E2H / DIODE or their I2SB/DDBM checkpoints offline. The substitutes:
   the 2-D toy (8 Gaussians on a circle of radius 2, std 0.1; x1 = (x0_1 + 0.05 xi, 0)) and
   scikit-learn digits (real 8x8 images in [-1, 1]; x1 = nearest-upsampled 2x average pool +
   N(0, 0.1^2)). The toy's exact posterior p(x0 | x1) is a Gaussian mixture; its samples give the
   noise floor of the energy distance. A user paired set (npz with x0, x1) can replace the toy.
 * Teacher: an MLP (3 x 128 SiLU, sinusoidal embedding of I2SB's network time) instead of the
-  ADM U-Net; trained with the x0-prediction loss (the brief's objective; the official teacher uses
+  ADM U-Net; trained with the x0-prediction loss (the method's objective; the official teacher uses
   the eps-loss, the official fake bridge ``--x0-prediction-loss``) so teacher and fake bridge are
-  trained by exactly the same function, as the brief's pitfall demands. The teacher samples steps
+  trained by exactly the same function. The teacher samples steps
   in [0, 999], the distillation in [0, 998], as the official code does.
 * Convergence of the teacher (the review found the 3000-step constant-lr teacher, EMA 0.999,
   too bimodal: 0.82 vs the truth's 0.754): a cosine decay to 0 and EMA 0.99 reach the converged
@@ -48,7 +48,7 @@ Deliberate deviations and choices (all [inferred] in the brief unless stated):
 * Detach: x_t in the generator loss is drawn with x0 detached (the one-step I2SB path); the
   multi-step student and the DDBM variant are not implemented (the claim is at NFE 1).
 * Sizes: teacher <= 2000 steps at batch 256; IBMD <= 800 generator steps x 5 fake steps at batch
-  256 (the brief: 3000 teacher steps at 512, 800 generator steps at 512, lr 1e-4), for the
+  256 (the first design: 3000 teacher steps at 512, 800 generator steps at 512, lr 1e-4), for the
   conditional toy teacher x 3 seeds x the lr grids plus digits: ~82 s of one core (CPU time of
   prepare + train + evaluate on a lightly loaded machine, 2026-12-02; the code before the cost cuts
   of ``test_ibmd_speed.py``, which left every toy number within 2e-8, took 98 s in the same
@@ -118,9 +118,9 @@ from .training import (
     fixed_validation_pairs,
 )
 
-ED_MANY_FACTOR = 1.5  # the brief: ED(IBMD-1) <= 1.5 x ED(teacher-many)
-ED_ONE_FACTOR = 0.5  # the brief: ED(IBMD-1) <= 0.5 x ED(teacher-1)
-BIMODAL_TOLERANCE = 0.1  # the brief: |frac(|x0_2| > threshold) - reference| <= 0.1
+ED_MANY_FACTOR = 1.5  # docs/methods/ibmd.md: ED(IBMD-1) <= 1.5 x ED(teacher-many)
+ED_ONE_FACTOR = 0.5  # docs/methods/ibmd.md: ED(IBMD-1) <= 0.5 x ED(teacher-1)
+BIMODAL_TOLERANCE = 0.1  # docs/methods/ibmd.md: |frac(|x0_2| > threshold) - reference| <= 0.1
 TRACE_ROWS = 512  # validation x1 of the teacher's convergence trace (first seed)
 
 
@@ -783,7 +783,7 @@ def absolute_mean_criterion(
 
 
 def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
-    """REVIEW.md's restated check, per toy teacher (conditional and unconditional), over the paired seeds
+    """The restated check of docs/methods/ibmd.md, per toy teacher (conditional and unconditional), over the paired seeds
     (seed k: its own teacher, its own student, its own held-out block; Student-t 95 % intervals):
 
     * ``<s>_bimodal_gap_to_teacher_nfe<many>``: |frac(IBMD-1) - frac(teacher-many)| <= 0.1, the
@@ -802,7 +802,7 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
 
     Must pass: x1-only distillation and G_init = teacher one-step (any scale); at default scale the
     converged teacher's NFE-many sampler within 0.1 of the true bimodal fraction on every seed (the
-    brief's gate) and its one-step mean collapsed (at most half the true fraction)."""
+    gate of docs/methods/ibmd.md) and its one-step mean collapsed (at most half the true fraction)."""
     v = metrics.values
     many = f"nfe{cfg.many_nfe}"
     figures: dict[str, float] = {}
@@ -992,4 +992,21 @@ def claim(cfg: Config, metrics: Metrics) -> ClaimResult:
         "(teacher, student and test block all vary per seed); lrs chosen on the first seed's validation split"
     )
     finite = {k: float(x) for k, x in figures.items() if math.isfinite(x)}  # one seed: no interval ends
-    return ClaimResult(statement, criteria, sanity, finite, notes, controls, separations)
+    explained: dict[str, str] = {}
+    for s in toy_names:
+        explained[f"still_improving:teacher_{s}"] = (
+            "the teacher's schedule is a cosine decay of the lr to 0 at its step cap (docs/methods/ibmd.md): the "
+            "last validations gain from the annealing the schedule ends in, not from budget left unused; most "
+            "teachers stop early and the must-pass checks every seed's NFE-many sampler against the true bimodal "
+            "fraction"
+        )
+        if cfg.scale == Scale.paper:  # the deciding scale: nothing to explain away
+            continue
+        explained[f"still_improving:ibmd_{s}"] = (
+            f"budget-limited: {cfg.n_seeds} seeds x {cfg.data.toy_test}-pair test blocks x the lr grids fill the "
+            f"300 s of one core; at the {cfg.distill.generator_steps}-step cap the students' validation "
+            "ED to their teacher is still falling, and more steps would be expected to lower IBMD's ED: the ED "
+            "criteria are read against the method's favour here and decided at `paper` scale (10,000 generator "
+            "steps, patience 10)"
+        )
+    return ClaimResult(statement, criteria, sanity, finite, notes, controls, separations, explained)

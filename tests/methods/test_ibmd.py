@@ -313,7 +313,7 @@ def test_config_rejects_bad_values():
 
 def test_config_seeds_need_their_own_test_blocks_and_digits_defaults_survive_overrides():
     with pytest.raises(ValidationError, match="toy_test_blocks"):
-        Config.for_scale("default", {"n_seeds": 4})
+        Config.for_scale("default", {"n_seeds": Config().data.toy_test_blocks + 1})
     cfg = Config.for_scale("default", {"digits_distill.generator_steps": 7, "digits_teacher.steps": 9})
     assert cfg.digits_distill.noise_dim == 64 and cfg.digits_teacher.hidden == 256  # not the toy's 2 and 128
     assert cfg.digits_distill.generator_steps == 7 and cfg.digits_teacher.steps == 9

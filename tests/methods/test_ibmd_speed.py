@@ -158,7 +158,21 @@ def test_float32_row_sums_match_the_float64_matrix_sum():
     old = 2 * _float64_mean_distance(x, y) - _float64_mean_distance(x, x) - _float64_mean_distance(y, y)
     new = 2 * mean_pairwise_distance(x, y) - mean_pairwise_distance(x, x) - mean_pairwise_distance(y, y)
     assert abs(new - old) <= 1e-6
-    assert energy_distance(x, x.clone(), paired=True) == 0.0  # identical inputs still cancel exactly
+    # Identical inputs cancel to float32 rounding (the self term sums only the upper block triangle).
+    assert abs(energy_distance(x, x.clone(), paired=True)) <= 1e-7
+
+
+def test_symmetric_self_distance_equals_the_full_matrix():
+    """``a is b``: the blocks above the diagonal counted twice equal the whole matrix (odd sizes, ragged chunks)."""
+    g = torch.Generator().manual_seed(5)
+    for n in (1, 7, 513, 1500):
+        a = torch.randn(n, 4, generator=g)
+        exact = _float64_mean_distance(a, a)
+        for chunk in (5, 512, 2048):
+            assert abs(mean_pairwise_distance(a, a, chunk=chunk) - exact) <= 1e-6 * max(exact, 1e-12)
+            assert abs(
+                mean_pairwise_distance(a, a, chunk=chunk) - mean_pairwise_distance(a, a.clone(), chunk=chunk)
+            ) <= 1e-6 * max(exact, 1e-12)
 
 
 def test_shared_sliced_reference_is_the_per_call_sliced_w2_bitwise():
