@@ -114,7 +114,7 @@ _UNIT_KEY = re.compile(r"(^|[/_])(seed|split|rep|replicate|fold|run|unit)\d+($|[
 
 # Methods whose claim has not yet moved onto the diagnostics API (issue 35, Stage 1); the list only shrinks
 # (the lead removes a method when its migration lands).
-NOT_YET_MIGRATED = {"ars", "otter", "sbg", "sdp", "self_ref", "win_rate"}
+NOT_YET_MIGRATED: set[str] = set()  # every method has migrated (2026-12-07)
 
 
 @pytest.mark.parametrize(
