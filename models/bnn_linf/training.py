@@ -1,9 +1,8 @@
 """The LightningModule every arm trains with: cross-entropy plus the arm's norm penalty.
 
-Validation scores the clean beats and one noisy copy of each (beat i under noise cell
-``val_cell[i]``, the cells balanced over the beats); ``val/acc_noisy`` (an unbiased estimate of the
-mean accuracy over the noise cells, the claim's own metric, on ~1000 beats the test never sees)
-drives early stopping and the grid selection of every arm alike (docs/methods/bnn_linf.md).
+Validation scores the clean beats and every noisy copy of them; ``val/acc_noisy`` (the mean
+accuracy over the noise cells, the claim's own metric on beats the test never sees) drives early
+stopping and the grid selection of every arm alike.
 """
 
 from __future__ import annotations
@@ -71,7 +70,7 @@ class NoiseRobustBNN(L.LightningModule):
         self._counts += torch.stack([(1 - noisy).sum(), noisy.sum()]).cpu()
 
     def on_validation_epoch_end(self) -> None:
-        # The cells are balanced over the beats, so pooling the noisy copies estimates the mean over cells.
+        # Every noise cell holds the same beats, so pooling the noisy copies is the mean over cells.
         acc = self._hits / self._counts.clamp(min=1)
         self.log_dict({"val/acc_clean": acc[0], SELECTION_METRIC: acc[1]})
 
@@ -97,10 +96,10 @@ def train_loader(X: np.ndarray, y: np.ndarray, batch_size: int, seed: int) -> Da
     return _batched(dataset, RandomSampler(dataset, generator=torch.Generator().manual_seed(seed)), batch_size)
 
 
-def validation_loader(X: np.ndarray, X_noisy: np.ndarray, y: np.ndarray, cell: np.ndarray) -> DataLoader:
-    """Clean validation beats, then beat i under noise cell ``cell[i]``, each flagged clean (0) or noisy (1)."""
-    noisy = X_noisy[cell, np.arange(len(y))]
-    X_all = np.concatenate([X, noisy])
-    flags = torch.cat([torch.zeros(len(y)), torch.ones(len(y))])
-    dataset = TensorDataset(as_input(X_all), torch.from_numpy(np.tile(y, 2)), flags)
+def validation_loader(X: np.ndarray, X_noisy: np.ndarray, y: np.ndarray) -> DataLoader:
+    """Clean validation beats followed by every noisy copy, each flagged clean (0) or noisy (1)."""
+    cells = len(X_noisy)
+    X_all = np.concatenate([X[None], X_noisy]).reshape(-1, X.shape[-1])
+    flags = torch.cat([torch.zeros(len(y)), torch.ones(cells * len(y))])
+    dataset = TensorDataset(as_input(X_all), torch.from_numpy(np.tile(y, cells + 1)), flags)
     return _batched(dataset, SequentialSampler(dataset), 4096)
