@@ -112,20 +112,7 @@ def test_results_do_not_depend_on_the_process_rng_state(slug, smoke_run, tmp_pat
 _UNIT_KEY = re.compile(r"(^|[/_])(seed|split|rep|replicate|fold|run|unit)\d+($|[/_])|_r\d+($|/)")
 
 
-# Methods whose claim has not yet moved onto the diagnostics API (issue 35, Stage 1); the list only shrinks
-# (the lead removes a method when its migration lands).
-NOT_YET_MIGRATED: set[str] = set()  # every method has migrated (2026-12-07)
-
-
-@pytest.mark.parametrize(
-    "slug",
-    [
-        pytest.param(
-            s, marks=pytest.mark.xfail(s in NOT_YET_MIGRATED, reason="diagnostics migration pending", strict=False)
-        )
-        for s in METHODS
-    ],
-)
+@pytest.mark.parametrize("slug", list(METHODS))
 def test_claim_declares_what_the_diagnostics_read(slug, smoke_run):
     """Paired units are first-class, every claim declares a negative control and where its arms sit, and every
     criterion over units names the random draws they cover (tasks/diagnostics.py reads all of it)."""
